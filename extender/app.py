@@ -1,0 +1,47 @@
+"""The Flask application factory.
+
+Owns: ``create_app()``: building (or accepting) the Runtime, its metrics, the routes, JSON error
+handlers for every HTTP error (404, 405, 413, ...), and starting the watch threads. gunicorn calls it
+inside its single worker (no preload), so the threads live in the process that serves requests.
+Must not: hold state of its own beyond ``app.extensions["gang_extender"]``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from flask import Flask, Response
+from werkzeug.exceptions import HTTPException
+
+from extender import routes
+from extender.config import Settings
+from extender.metrics import Metrics
+from extender.runtime import Runtime, build
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Extension:
+    runtime: Runtime
+    metrics: Metrics
+
+
+def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Flask:
+    settings = settings or (runtime.settings if runtime else Settings())
+    runtime = runtime or build(settings)
+    app = Flask("gang_extender")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.extensions["gang_extender"] = Extension(runtime, Metrics(runtime))
+    app.register_blueprint(routes.bp)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        message = {413: f"request body larger than {settings.max_body_bytes} bytes"}.get(
+            status, exc.description or exc.name)
+        return routes.json_response({"error": message, "status": status}, status)
+
+    runtime.start()
+    return app

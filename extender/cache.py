@@ -1,0 +1,130 @@
+"""FilterCache: filter verdicts shared by pods with the same scheduling signature.
+
+Owns: a cachetools ``TTLCache`` (LRU order, bounded size, TTL backstop) behind one lock, mapping a
+signature to ``NodeVerdicts`` (per-node verdicts stamped with the mirror generation they reflect),
+and the hit/miss/refresh/flush counters that ``/metrics`` exposes. Every flush has a named reason.
+Must not: compute verdicts or read the mirror; the engine refreshes entries under the mirror lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cachetools import TTLCache
+
+FIT = ""
+"""Verdict: the pod fits the node."""
+FIT_RESERVED = "\x00reserved"
+"""Verdict: the pod fits inside its own gang's reservation on the node (preferred)."""
+
+
+@dataclass(slots=True)
+class NodeVerdicts:
+    """Verdicts for one signature. ``fit`` and ``reserved`` index ``verdicts`` for the fast path."""
+
+    generation: int
+    verdicts: dict[str, str] = field(default_factory=dict)  # node -> FIT, FIT_RESERVED or a reason
+    fit: set[str] = field(default_factory=set)
+    reserved: set[str] = field(default_factory=set)
+
+    def record(self, node: str, verdict: str) -> None:
+        self.verdicts[node] = verdict
+        if verdict == FIT or verdict == FIT_RESERVED:
+            self.fit.add(node)
+        else:
+            self.fit.discard(node)
+        if verdict == FIT_RESERVED:
+            self.reserved.add(node)
+        else:
+            self.reserved.discard(node)
+
+
+class _Entries(TTLCache[bytes, NodeVerdicts]):
+    """TTLCache that reports why entries leave it."""
+
+    def __init__(self, maxsize: int, ttl: float, timer: Callable[[], float],
+                 on_drop: Callable[[str, int], None]) -> None:
+        super().__init__(maxsize, ttl, timer)
+        self._on_drop = on_drop
+
+    def expire(self, time: Any = None) -> Any:
+        expired = super().expire(time)
+        if expired:
+            self._on_drop("expired", len(expired))
+        return expired
+
+    def popitem(self) -> tuple[bytes, NodeVerdicts]:
+        item = super().popitem()
+        self._on_drop("evicted", 1)
+        return item
+
+
+class FilterCache:
+    """Signature -> NodeVerdicts, thread-safe."""
+
+    REASONS = ("expired", "evicted", "change_log_overflow", "resync", "disabled")
+
+    def __init__(self, maxsize: int, ttl_seconds: float, timer: Callable[[], float] = time.monotonic) -> None:
+        self._lock = threading.Lock()
+        self.enabled = maxsize > 0
+        self._entries = _Entries(max(maxsize, 1), ttl_seconds, timer, self._dropped)
+        self.hits = 0
+        self.misses = 0
+        self.unsignable = 0
+        self.refreshed_nodes = 0
+        self.flushes: Counter[str] = Counter()
+
+    def _dropped(self, reason: str, count: int) -> None:
+        self.flushes[reason] += count
+
+    def get(self, signature: bytes) -> NodeVerdicts | None:
+        if not self.enabled:
+            return None
+        with self._lock:
+            return self._entries.get(signature)
+
+    def put(self, signature: bytes, entry: NodeVerdicts) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self._entries[signature] = entry
+
+    def discard(self, signature: bytes, reason: str) -> None:
+        with self._lock:
+            if self._entries.pop(signature, None) is not None:
+                self.flushes[reason] += 1
+
+    def clear(self, reason: str) -> None:
+        with self._lock:
+            count = len(self._entries)
+            self._entries.clear()
+            if count:
+                self.flushes[reason] += count
+
+    def count(self, *, hit: bool, refreshed: int = 0) -> None:
+        with self._lock:
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
+            self.refreshed_nodes += refreshed
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses,
+                    "unsignable": self.unsignable, "refreshed_nodes": self.refreshed_nodes,
+                    "flushes": dict(self.flushes)}
+
+
+def all_in(known: set[str], names: Iterable[str]) -> bool:
+    """True when every name is in ``known`` (one C-level pass; the cache-hit fast path)."""
+    return known.issuperset(names)

@@ -1,0 +1,331 @@
+"""ClusterMirror: the in-memory view of the cluster the hot path reads (no I/O).
+
+Owns: compact records of Nodes, Pods and group definitions, fed by watch events (or a snapshot);
+per-node accounting of capacity in use (bound pods, pods this extender assumed while binding or
+holding them) and capacity reserved for admitted gangs; and a *generation* per node, bumped on every
+change that can alter whether a pod fits that node, with a bounded change log so caches can refresh
+only the nodes that changed. Must not: call the API server, decide gang rules, or cache filter
+results.
+
+Thread safety: every method takes ``self.lock`` (an RLock). Callers that need several reads to be
+consistent hold ``mirror.lock`` around them. Records are immutable and may be kept after the lock is
+released; the per-node dicts returned by accessors are live and must be read under the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from extender.groups import GROUP_PARSERS
+from extender.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord
+from extender.quantity import Resources, add_into
+from extender.records import node_record, pod_record
+
+CHANGE_LOG_SIZE = 8192
+"""How many node changes a cache may lag behind and still refresh incrementally."""
+
+ObjectKey = tuple[str, str]  # (namespace, name) of a group object
+
+
+class ClusterMirror:
+    """The single owner of cluster state inside the extender process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.generation = 0
+        self.nodes: dict[str, NodeRecord] = {}
+        self._node_generation: dict[str, int] = {}
+        self._node_set_generation = 0  # bumped when nodes are added, removed or resized
+        self._changes: deque[tuple[int, str]] = deque(maxlen=CHANGE_LOG_SIZE)
+        self._pods: dict[str, PodRecord] = {}
+        self._uid_by_key: dict[tuple[str, str], str] = {}
+        self._assumed: dict[str, str] = {}  # uid -> node, for binds not yet seen in the watch
+        self._used: dict[str, Resources] = {}  # node -> requests of the non-terminal pods placed there
+        self._members: dict[GangKey, set[str]] = {}
+        self._groups: dict[GroupRef, GangPolicy | None] = {}
+        self._group_objects: dict[tuple[GroupKind, ObjectKey], tuple[GroupRef, ...]] = {}
+        self._reserved: dict[str, dict[GangKey, Resources]] = {}  # node -> gang -> reserved
+        self.rejected_objects = 0  # objects too malformed to mirror (counted, logged by the caller)
+
+    # ----------------------------------------------------------------------------------- changes
+    def _touch(self, node: str) -> None:
+        self.generation += 1
+        self._node_generation[node] = self.generation
+        self._changes.append((self.generation, node))
+
+    def changed_since(self, generation: int) -> set[str] | None:
+        """Nodes changed after ``generation``; None if the change log no longer reaches back that far."""
+        with self.lock:
+            if generation >= self.generation:
+                return set()
+            if not self._changes or self._changes[0][0] > generation + 1:
+                return None
+            changed = set()
+            for stamp, node in reversed(self._changes):
+                if stamp <= generation:
+                    break
+                changed.add(node)
+            return changed
+
+    @property
+    def node_set_generation(self) -> int:
+        return self._node_set_generation
+
+    # ------------------------------------------------------------------------------------- nodes
+    def upsert_node(self, obj: Mapping[str, Any]) -> None:
+        record = node_record(obj)
+        with self.lock:
+            old = self.nodes.get(record.name)
+            if old == record:
+                return
+            self.nodes[record.name] = record
+            if old is None or old.allocatable != record.allocatable:
+                self._node_set_generation += 1
+            self._touch(record.name)
+
+    def delete_node(self, name: str) -> None:
+        with self.lock:
+            if self.nodes.pop(name, None) is not None:
+                self._node_set_generation += 1
+                self._touch(name)
+
+    def replace_nodes(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        """A relist: the given nodes are the whole truth (malformed ones are skipped and counted)."""
+        with self.lock:
+            seen = set()
+            for obj in objs:
+                try:
+                    self.upsert_node(obj)
+                except ValueError:
+                    self.rejected_objects += 1
+                    continue
+                seen.add(str(obj["metadata"]["name"]))
+            for name in list(self.nodes):
+                if name not in seen:
+                    self.delete_node(name)
+
+    # -------------------------------------------------------------------------------------- pods
+    def _placement(self, pod: PodRecord) -> str:
+        if pod.terminal:
+            return ""
+        return pod.node_name or self._assumed.get(pod.uid, "")
+
+    def _account(self, pod: PodRecord, sign: int) -> None:
+        node = self._placement(pod)
+        if node:
+            used = self._used.setdefault(node, {})
+            add_into(used, pod.requests, sign)
+            self._touch(node)
+        if pod.gang is not None and not pod.terminal:
+            members = self._members.setdefault(pod.gang, set())
+            if sign > 0:
+                members.add(pod.uid)
+            else:
+                members.discard(pod.uid)
+                if not members:
+                    del self._members[pod.gang]
+
+    def upsert_pod(self, obj: Mapping[str, Any]) -> PodRecord:
+        record = pod_record(obj)
+        with self.lock:
+            old = self._pods.get(record.uid)
+            if old == record:
+                return record
+            if old is not None:
+                self._account(old, -1)
+            else:
+                stale = self._uid_by_key.get(record.key)
+                if stale is not None and stale != record.uid:  # re-created under the same name
+                    self.delete_pod(stale)
+            if record.node_name and self._assumed.get(record.uid) == record.node_name:
+                del self._assumed[record.uid]  # the bind we made is now visible
+            self._pods[record.uid] = record
+            self._uid_by_key[record.key] = record.uid
+            self._account(record, +1)
+            return record
+
+    def delete_pod(self, uid: str) -> None:
+        with self.lock:
+            old = self._pods.pop(uid, None)
+            if old is None:
+                return
+            self._account(old, -1)
+            self._assumed.pop(uid, None)
+            if self._uid_by_key.get(old.key) == uid:
+                del self._uid_by_key[old.key]
+
+    def replace_pods(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        with self.lock:
+            seen = set()
+            for obj in objs:
+                try:
+                    seen.add(self.upsert_pod(obj).uid)
+                except ValueError:
+                    self.rejected_objects += 1
+            for uid in [uid for uid in self._pods if uid not in seen]:
+                self.delete_pod(uid)
+
+    def pod(self, namespace: str, name: str) -> PodRecord | None:
+        with self.lock:
+            uid = self._uid_by_key.get((namespace, name))
+            return self._pods.get(uid) if uid else None
+
+    def pod_by_uid(self, uid: str) -> PodRecord | None:
+        return self._pods.get(uid)
+
+    def placement(self, uid: str) -> str:
+        """The node a pod is bound or assumed to, or ""."""
+        with self.lock:
+            pod = self._pods.get(uid)
+            return self._placement(pod) if pod else ""
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    # ------------------------------------------------------------------------- assumed placements
+    def assume(self, uid: str, node: str) -> None:
+        """Account a pod on ``node`` before the API shows it there (held or being bound)."""
+        with self.lock:
+            pod = self._pods.get(uid)
+            if pod is None or pod.node_name:
+                return
+            self._account(pod, -1)
+            self._assumed[uid] = node
+            self._account(pod, +1)
+
+    def forget(self, uid: str) -> None:
+        """Undo ``assume`` (bind failed or hold released without binding)."""
+        with self.lock:
+            pod = self._pods.get(uid)
+            if uid not in self._assumed:
+                return
+            if pod is not None:
+                self._account(pod, -1)
+            del self._assumed[uid]
+            if pod is not None:
+                self._account(pod, +1)
+
+    def bind_locally(self, uid: str, node: str) -> None:
+        """Snapshot mode: make a bind permanent as if the watch had reported it."""
+        with self.lock:
+            pod = self._pods.get(uid)
+            if pod is None:
+                return
+            self._account(pod, -1)
+            self._assumed.pop(uid, None)
+            bound = PodRecord(pod.uid, pod.namespace, pod.name, node, pod.requests, pod.gang,
+                              pod.link_policy, pod.terminal, pod.scheduler_name, pod.spec)
+            self._pods[uid] = bound
+            self._account(bound, +1)
+
+    # ------------------------------------------------------------------------------------ groups
+    def upsert_group(self, kind: GroupKind, obj: Mapping[str, Any]) -> None:
+        groups = GROUP_PARSERS[kind](obj)
+        metadata = obj.get("metadata") or {}
+        key = (kind, (str(metadata.get("namespace") or "default"), str(metadata.get("name"))))
+        with self.lock:
+            for ref in self._group_objects.get(key, ()):
+                self._groups.pop(ref, None)
+            self._groups.update(groups)
+            self._group_objects[key] = tuple(groups)
+
+    def delete_group(self, kind: GroupKind, namespace: str, name: str) -> None:
+        with self.lock:
+            for ref in self._group_objects.pop((kind, (namespace, name)), ()):
+                self._groups.pop(ref, None)
+
+    def replace_groups(self, kind: GroupKind, objs: Iterable[Mapping[str, Any]]) -> None:
+        with self.lock:
+            seen = set()
+            for obj in objs:
+                try:
+                    self.upsert_group(kind, obj)
+                except ValueError:
+                    self.rejected_objects += 1
+                    continue
+                metadata = obj.get("metadata") or {}
+                seen.add((str(metadata.get("namespace") or "default"), str(metadata.get("name"))))
+            for object_kind, key in list(self._group_objects):
+                if object_kind is kind and key not in seen:
+                    self.delete_group(kind, *key)
+
+    def gang_policy(self, gang: GangKey) -> tuple[bool, GangPolicy | None]:
+        """(group definition exists, its gang policy or None for a non-gang group)."""
+        with self.lock:
+            if gang.group.kind is GroupKind.ANNOTATION:
+                policies = [p.link_policy for p in self.members(gang) if p.link_policy]
+                if not policies:
+                    return False, None
+                return True, max(policies, key=lambda p: p.min_count)
+            if gang.group not in self._groups:
+                return False, None
+            return True, self._groups[gang.group]
+
+    def members(self, gang: GangKey) -> list[PodRecord]:
+        """Non-terminal member pods of a gang, in a stable order."""
+        with self.lock:
+            uids = self._members.get(gang, ())
+            return sorted((self._pods[uid] for uid in uids), key=lambda p: (p.name, p.uid))
+
+    def member_count(self, gang: GangKey) -> int:
+        return len(self._members.get(gang, ()))
+
+    def gangs(self) -> Iterator[GangKey]:
+        with self.lock:
+            return iter(list(self._members))
+
+    # ------------------------------------------------------------------------------ reservations
+    def set_reservation(self, gang: GangKey, per_node: Mapping[str, Resources]) -> None:
+        """Replace what ``gang`` holds in reserve on each node (empty mapping: release all)."""
+        with self.lock:
+            for node in list(self._reserved):
+                by_gang = self._reserved[node]
+                if gang in by_gang and node not in per_node:
+                    del by_gang[gang]
+                    if not by_gang:
+                        del self._reserved[node]
+                    self._touch(node)
+            for node, amount in per_node.items():
+                by_gang = self._reserved.setdefault(node, {})
+                if by_gang.get(gang) != amount:
+                    if amount:
+                        by_gang[gang] = dict(amount)
+                    else:
+                        by_gang.pop(gang, None)
+                    self._touch(node)
+                if not by_gang:
+                    del self._reserved[node]
+
+    def reservation(self, gang: GangKey) -> dict[str, Resources]:
+        with self.lock:
+            return {node: dict(by[gang]) for node, by in self._reserved.items() if gang in by}
+
+    # ---------------------------------------------------------------------------------- capacity
+    def free(self, node: str, for_gang: GangKey | None, *, include_own_reservation: bool = True) -> Resources:
+        """Allocatable minus used minus reservations of gangs other than ``for_gang``.
+
+        With ``include_own_reservation=False`` the gang's own reservation is subtracted too (what is
+        free outside its reservation).
+        """
+        record = self.nodes[node]
+        free = dict(record.allocatable)
+        used = self._used.get(node)
+        if used:
+            add_into(free, used, -1)
+        reserved = self._reserved.get(node)
+        if reserved:
+            for gang, amount in reserved.items():
+                if gang != for_gang or not include_own_reservation:
+                    add_into(free, amount, -1)
+        return free
+
+    def own_reservation(self, node: str, gang: GangKey) -> Resources | None:
+        reserved = self._reserved.get(node)
+        return reserved.get(gang) if reserved else None
+
+    def used(self, node: str) -> Resources:
+        return self._used.get(node, {})

@@ -1,0 +1,132 @@
+"""Settings from flags and environment variables (pure).
+
+Owns: every tunable of the service, its default, its environment variable (``GANG_EXTENDER_<NAME>``),
+and validation that reports *all* problems at once. Must not: start anything or read files other
+than checking that named paths exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+ENV_PREFIX = "GANG_EXTENDER_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class ConfigError(ValueError):
+    """One or more invalid settings; ``problems`` lists each."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("invalid settings:\n" + "\n".join(f"  - {p}" for p in problems))
+        self.problems = list(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8888
+    kubeconfig: str | None = None          # None: in-cluster config, then ~/.kube/config
+    cluster_snapshot: str | None = None    # serve from a Kubernetes List file instead of an API server
+    gang_timeout_seconds: float = 20.0     # keep below the scheduler's extender httpTimeout
+    gang_backoff_seconds: float = 10.0     # first back-off after a gang timeout (doubles, capped at 300 s)
+    cache_size: int = 4096                 # signatures kept; 0 disables the filter cache
+    cache_ttl_seconds: float = 300.0       # backstop: entries are refreshed by generation anyway
+    max_body_bytes: int = 64 * 2**20
+    threads: int = 256                     # gunicorn gthread threads: >= bind requests held at once
+    bind_parallelism: int = 8              # API binds in flight when a gang reaches quorum
+    log_level: str = "INFO"
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+_HELP = {
+    "host": "address to listen on",
+    "port": "port to listen on",
+    "kubeconfig": "kubeconfig file (default: in-cluster config, then ~/.kube/config)",
+    "cluster_snapshot": "serve without an API server from this Kubernetes List (YAML or JSON) of Nodes, "
+                        "Pods and group objects; binds change only the in-memory state",
+    "gang_timeout_seconds": "how long a gang's binds are held waiting for quorum; keep it below the "
+                            "scheduler's extender httpTimeout (per-gang override: annotation "
+                            "gang-extender.io/timeout-seconds or PodGroup spec.scheduleTimeoutSeconds)",
+    "gang_backoff_seconds": "first back-off of a gang after a timeout; doubles per timeout, max 300 s",
+    "cache_size": "signatures kept in the filter cache (0 disables it)",
+    "cache_ttl_seconds": "backstop lifetime of a filter cache entry",
+    "max_body_bytes": "largest request body accepted (413 above)",
+    "threads": "worker threads; each bind held at a gang barrier occupies one",
+    "bind_parallelism": "API bind calls in flight when a gang reaches quorum",
+    "log_level": "one of " + ", ".join(LOG_LEVELS),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register one ``--flag`` per setting; defaults stay None so env vars can fill them."""
+    for name in Settings.field_names():
+        flag = "--" + name.replace("_", "-")
+        env = ENV_PREFIX + name.upper()
+        default = getattr(Settings(), name)
+        parser.add_argument(flag, dest=name, default=None, metavar=name.split("_")[-1].upper(),
+                            help=f"{_HELP[name]} [env {env}; default {default}]")
+
+
+def load(args: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from flags (highest precedence), then environment, then defaults."""
+    environ = os.environ if environ is None else environ
+    args = args or {}
+    defaults = Settings()
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    for name in Settings.field_names():
+        default = getattr(defaults, name)
+        env = ENV_PREFIX + name.upper()
+        raw = args.get(name)
+        source = "--" + name.replace("_", "-")
+        if raw is None and environ.get(env) not in (None, ""):
+            raw, source = environ[env], env
+        if raw is None:
+            values[name] = default
+            continue
+        kind = type(default) if default is not None else str
+        try:
+            values[name] = kind(raw) if kind is not str else str(raw)
+        except (TypeError, ValueError):
+            problems.append(f"{source}: expected {'an integer' if kind is int else 'a number'}, got {raw!r}")
+            values[name] = default
+    settings = Settings(**values)
+    problems += validate(settings)
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def validate(settings: Settings) -> list[str]:
+    """Every problem with ``settings``; empty when valid."""
+    problems = []
+    if not 0 < settings.port < 65536:
+        problems.append(f"port must be 1..65535, got {settings.port}")
+    if not settings.gang_timeout_seconds > 0:
+        problems.append(f"gang-timeout-seconds must be > 0, got {settings.gang_timeout_seconds}")
+    if settings.gang_backoff_seconds < 0:
+        problems.append(f"gang-backoff-seconds must be >= 0, got {settings.gang_backoff_seconds}")
+    if settings.cache_size < 0:
+        problems.append(f"cache-size must be >= 0, got {settings.cache_size}")
+    if not settings.cache_ttl_seconds > 0:
+        problems.append(f"cache-ttl-seconds must be > 0, got {settings.cache_ttl_seconds}")
+    if settings.max_body_bytes < 1024:
+        problems.append(f"max-body-bytes must be >= 1024, got {settings.max_body_bytes}")
+    if not 1 <= settings.threads <= 10000:
+        problems.append(f"threads must be 1..10000, got {settings.threads}")
+    if not 1 <= settings.bind_parallelism <= 256:
+        problems.append(f"bind-parallelism must be 1..256, got {settings.bind_parallelism}")
+    if settings.log_level.upper() not in LOG_LEVELS:
+        problems.append(f"log-level must be one of {', '.join(LOG_LEVELS)}, got {settings.log_level!r}")
+    for name in ("kubeconfig", "cluster_snapshot"):
+        path = getattr(settings, name)
+        if path is not None and not os.path.isfile(path):
+            problems.append(f"{name.replace('_', '-')}: no such file {path!r}")
+    return problems

@@ -1,0 +1,261 @@
+"""Engine: the filter, prioritize and bind use cases (no HTTP, no kubernetes client).
+
+Owns: turning one validated extender request into an answer, by combining the request pod with the
+mirror (cluster state), the ledger (gang lifecycle), the filter cache (signature -> per-node
+verdicts) and a Binder (the seam to the API server or to the snapshot). Must not: parse HTTP or
+JSON, import Flask or kubernetes, or call the API server except through ``Binder`` in ``bind``.
+
+Hot path (filter): one signature, one cache lookup, a refresh of only the nodes changed since the
+cached entry, then one C-level membership pass over the request's node names.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from extender import gang as rules
+from extender.cache import FIT, FIT_RESERVED, FilterCache, NodeVerdicts
+from extender.cluster import ClusterMirror
+from extender.fit import Placement, placement_failure, placement_from_spec, shortfall
+from extender.groups import GroupError
+from extender.ledger import BindAction, GangLedger, Hold
+from extender.model import Code, GangKey, GangPolicy, PodRecord, Verdict
+from extender.protocol import BindArgs, FilterArgs, FilterResult, ProtocolError
+from extender.quantity import QuantityError, Resources
+from extender.records import RecordError, pod_record
+from extender.signature import signature
+
+log = logging.getLogger(__name__)
+
+
+class BindError(Exception):
+    """The API server (or snapshot) refused a binding; the message is answered to the scheduler."""
+
+
+class Binder(Protocol):
+    """The one seam through which the engine changes the cluster."""
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+
+class Engine:
+    def __init__(self, mirror: ClusterMirror, cache: FilterCache, ledger: GangLedger, binder: Binder,
+                 *, bind_parallelism: int = 8, clock: Callable[[], float] = time.monotonic) -> None:
+        self.mirror = mirror
+        self.cache = cache
+        self.ledger = ledger
+        self.binder = binder
+        self.clock = clock
+        self._bind_pool = ThreadPoolExecutor(max_workers=max(1, bind_parallelism),
+                                             thread_name_prefix="gang-bind")
+
+    def close(self) -> None:
+        self._bind_pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------------------------ common
+    def _request_pod(self, raw: Mapping[str, Any]) -> PodRecord:
+        try:
+            return pod_record(raw)
+        except (RecordError, QuantityError) as exc:
+            raise ProtocolError(f"Pod: {exc}") from None
+
+    def _gang(self, pod: PodRecord) -> tuple[GangKey | None, GangPolicy | None, Verdict]:
+        """The pod's gang, its policy and the quorum verdict. (None, None, PASS) for other pods."""
+        if pod.gang is None:
+            return None, None, rules.PASS
+        exists, policy = self.mirror.gang_policy(pod.gang)
+        if not exists and pod.link_policy is not None:
+            exists, policy = True, pod.link_policy
+        if exists and policy is None:
+            return None, None, rules.PASS  # a non-gang ("basic") pod group
+        members = self.mirror.members(pod.gang)
+        count = len(members) + (0 if any(m.uid == pod.uid for m in members) else 1)
+        return pod.gang, policy, rules.quorum(pod.gang, exists, policy, count)
+
+    # ------------------------------------------------------------------------------------ filter
+    def filter(self, args: FilterArgs) -> FilterResult:
+        try:
+            pod = self._request_pod(args.pod)
+        except GroupError as exc:
+            return _all_failed(args.node_names, Verdict(Code.WAIT_UNRESOLVABLE, f"invalid gang: {exc}"))
+        self.ledger.sweep()
+        gang, policy, verdict = self._gang(pod)
+        if verdict.passes and gang is not None and policy is not None:
+            verdict = self.ledger.admission(gang, policy)
+        if not verdict.passes:
+            return _all_failed(args.node_names, verdict)
+        return self._node_verdicts(args, pod, gang)
+
+    def _node_verdicts(self, args: FilterArgs, pod: PodRecord, gang: GangKey | None) -> FilterResult:
+        names = args.node_names
+        key = signature(args.pod, gang)
+        spec = args.pod.get("spec") or {}
+        placement = placement_from_spec(spec)
+        with self.mirror.lock:
+            self._learn_unknown_nodes(args)
+            entry, refreshed = self._fresh_entry(key, pod.requests, placement, gang)
+            verdicts = entry.verdicts
+            if not entry.fit.issuperset(names):
+                for name in names:
+                    if name not in verdicts:
+                        entry.record(name, self._verdict(name, pod.requests, placement, gang))
+            prefer_reserved = gang is not None and entry.reserved and not entry.reserved.isdisjoint(names)
+            if prefer_reserved:
+                feasible = [n for n in names if n in entry.reserved]
+                failed = {n: (verdicts[n] if n not in entry.fit else
+                              f"gang {gang}'s reserved capacity is on other nodes")
+                          for n in names if n not in entry.reserved}
+            elif entry.fit.issuperset(names):
+                feasible, failed = list(names), {}
+            else:
+                feasible = [n for n in names if n in entry.fit]
+                failed = {n: verdicts[n] for n in names if n not in entry.fit}
+        if key is not None:
+            self.cache.put(key, entry)
+        return FilterResult(feasible, failed, {})
+
+    def _fresh_entry(self, key: bytes | None, requests: Resources, placement: Placement,
+                     gang: GangKey | None) -> tuple[NodeVerdicts, int]:
+        """The cached verdicts for ``key``, refreshed to the mirror's generation (under mirror.lock)."""
+        generation = self.mirror.generation
+        if key is None:
+            self.cache.unsignable += 1
+            return NodeVerdicts(generation), 0
+        entry = self.cache.get(key)
+        if entry is None:
+            self.cache.count(hit=False)
+            return NodeVerdicts(generation), 0
+        refreshed = 0
+        if entry.generation != generation:
+            changed = self.mirror.changed_since(entry.generation)
+            if changed is None:
+                self.cache.discard(key, "change_log_overflow")
+                self.cache.count(hit=False)
+                return NodeVerdicts(generation), 0
+            for name in changed:
+                if name in entry.verdicts:
+                    entry.record(name, self._verdict(name, requests, placement, gang))
+                    refreshed += 1
+            entry.generation = generation
+        self.cache.count(hit=True, refreshed=refreshed)
+        return entry, refreshed
+
+    def _learn_unknown_nodes(self, args: FilterArgs) -> None:
+        """Full Node objects in a request teach the mirror nodes its watch has not delivered yet."""
+        if args.nodes is None:
+            return
+        for node in args.nodes:
+            if node["metadata"]["name"] not in self.mirror.nodes:
+                try:
+                    self.mirror.upsert_node(node)
+                except (RecordError, QuantityError) as exc:
+                    raise ProtocolError(f"Nodes: {exc}") from None
+
+    def _verdict(self, name: str, requests: Resources, placement: Placement, gang: GangKey | None) -> str:
+        node = self.mirror.nodes.get(name)
+        if node is None:
+            return "node is not known to gang-extender (its node watch has not seen it)"
+        reason = placement_failure(placement, node)
+        if reason is not None:
+            return reason
+        lacking = shortfall(requests, self.mirror.free(name, gang))
+        if lacking is not None:
+            if shortfall(requests, self.mirror.free(name, gang, include_own_reservation=False)) is None:
+                return f"Insufficient {lacking}"
+            without_reservations = dict(node.allocatable)
+            for resource, amount in self.mirror.used(name).items():
+                without_reservations[resource] = without_reservations.get(resource, 0) - amount
+            if shortfall(requests, without_reservations) is None:
+                return f"Insufficient {lacking}: capacity is reserved for other gangs"
+            return f"Insufficient {lacking}"
+        if gang is not None:
+            own = self.mirror.own_reservation(name, gang)
+            if own and shortfall(requests, own) is None:
+                return FIT_RESERVED
+        return FIT
+
+    # -------------------------------------------------------------------------------- prioritize
+    def prioritize(self, args: FilterArgs) -> list[tuple[str, int]]:
+        """Gang members prefer their reservation (10), then nodes with siblings (5); others 0."""
+        try:
+            pod = self._request_pod(args.pod)
+        except GroupError:
+            return [(name, 0) for name in args.node_names]
+        gang, policy, _ = self._gang(pod)
+        if gang is None or policy is None:
+            return [(name, 0) for name in args.node_names]
+        with self.mirror.lock:
+            reserved = self.mirror.reservation(gang)
+            siblings = {self.mirror.placement(m.uid) for m in self.mirror.members(gang)}
+        return [(n, 10 if n in reserved else 5 if n in siblings else 0) for n in args.node_names]
+
+    # -------------------------------------------------------------------------------------- bind
+    def bind(self, args: BindArgs) -> str:
+        """Bind (or hold at the gang barrier); returns "" on success or the error to answer."""
+        pod = self.mirror.pod(args.pod_namespace, args.pod_name)
+        if pod is None:
+            try:
+                raw = self.binder.read_pod(args.pod_namespace, args.pod_name)
+            except BindError as exc:
+                return f"cannot read pod {args.pod_namespace}/{args.pod_name}: {exc}"
+            if raw is None:
+                return f"pod {args.pod_namespace}/{args.pod_name} does not exist"
+            try:
+                pod = self.mirror.upsert_pod(raw)
+            except (RecordError, QuantityError, GroupError) as exc:
+                return f"pod {args.pod_namespace}/{args.pod_name} cannot be read: {exc}"
+        if args.pod_uid and pod.uid != args.pod_uid:
+            return (f"pod {args.pod_namespace}/{args.pod_name} has uid {pod.uid}, not {args.pod_uid}: "
+                    "it was re-created")
+        if pod.node_name:
+            if pod.node_name == args.node:
+                return ""
+            return f"pod {args.pod_namespace}/{args.pod_name} is already bound to {pod.node_name}"
+        try:
+            gang, policy, _ = self._gang(pod)
+        except GroupError as exc:
+            return f"invalid gang: {exc}"
+        decision = self.ledger.on_bind(pod, args.node, policy if gang is not None else None)
+        if decision.action is BindAction.REJECT:
+            return decision.error
+        if decision.action is BindAction.NOW:
+            error = self._bind_one(pod, args.node)
+            self.ledger.bound(pod, error)
+            return error
+        assert decision.hold is not None and gang is not None
+        if decision.action is BindAction.RELEASE:
+            self._release(gang, decision.holds)
+        return self._await(gang, decision.hold)
+
+    def _bind_one(self, pod: PodRecord, node: str) -> str:
+        try:
+            self.binder.bind(pod.namespace, pod.name, pod.uid, node)
+        except BindError as exc:
+            log.warning("bind %s/%s -> %s failed: %s", pod.namespace, pod.name, node, exc)
+            return f"binding pod {pod.namespace}/{pod.name} to {node} failed: {exc}"
+        return ""
+
+    def _release(self, gang: GangKey, holds: Sequence[Hold]) -> None:
+        errors = list(self._bind_pool.map(lambda h: self._bind_one(h.pod, h.node), holds))
+        self.ledger.released(gang, list(zip(holds, errors, strict=True)))
+
+    def _await(self, gang: GangKey, hold: Hold) -> str:
+        while not hold.done.is_set():
+            state = self.ledger.state(gang)
+            deadline = state.deadline if state and state.deadline else self.clock()
+            if not hold.done.wait(timeout=max(deadline - self.clock(), 0) + 0.01):
+                self.ledger.expire_if_due(gang)
+        return hold.result or ""
+
+
+def _all_failed(names: Sequence[str], verdict: Verdict) -> FilterResult:
+    failed = dict.fromkeys(names, verdict.message)
+    if verdict.code is Code.WAIT_UNRESOLVABLE:
+        return FilterResult([], {}, failed)
+    return FilterResult([], failed, {})

@@ -1,0 +1,144 @@
+"""Does a pod fit a node? (pure)
+
+Owns: the feasibility predicates the extender evaluates itself: taints/tolerations, nodeSelector,
+required node affinity, and resources against a free-capacity view. The filter uses them per node and
+the gang planner uses them to place a whole gang on paper. Must not: know about gangs, caches or
+the mirror; it is handed values and returns the first reason a node is infeasible (or None).
+
+The in-tree filters of kube-scheduler already ran on every node it sends us; we repeat the cheap
+placement predicates because admission planning needs them for nodes the scheduler did not send, and
+so that snapshot mode (no scheduler) gives the same answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from extender.model import NodeRecord, Taint
+
+UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str
+    operator: str
+    value: str
+    effect: str
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...]
+    field: bool = False  # matchFields (metadata.name) rather than labels
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The placement constraints of one pod: everything but resources."""
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity_terms: tuple[tuple[Requirement, ...], ...] = ()  # OR of ANDs; empty: no affinity
+    tolerations: tuple[Toleration, ...] = ()
+
+    @property
+    def unconstrained(self) -> bool:
+        return not self.node_selector and not self.affinity_terms
+
+
+NO_PLACEMENT = Placement()
+
+
+def _requirements(raw: object, field: bool) -> list[Requirement]:
+    out = []
+    for item in raw if isinstance(raw, list) else []:
+        if isinstance(item, dict):
+            values = tuple(str(v) for v in item.get("values") or [])
+            out.append(Requirement(str(item.get("key", "")), str(item.get("operator", "")), values, field))
+    return out
+
+
+def placement_from_spec(spec: Mapping[str, Any]) -> Placement:
+    """Read nodeSelector, required node affinity and tolerations from a raw pod spec."""
+    selector = spec.get("nodeSelector") or {}
+    node_selector = tuple(sorted((str(k), str(v)) for k, v in selector.items())) if isinstance(
+        selector, dict) else ()
+    affinity = spec.get("affinity") or {}
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(
+        node_affinity, dict) else None
+    terms: list[tuple[Requirement, ...]] = []
+    if isinstance(required, dict):
+        for term in required.get("nodeSelectorTerms") or []:
+            if isinstance(term, dict):
+                reqs = _requirements(term.get("matchExpressions"), False)
+                reqs += _requirements(term.get("matchFields"), True)
+                terms.append(tuple(reqs))
+    tolerations = []
+    for tol in spec.get("tolerations") or []:
+        if isinstance(tol, dict):
+            tolerations.append(Toleration(str(tol.get("key") or ""), str(tol.get("operator") or "Equal"),
+                                          str(tol.get("value") or ""), str(tol.get("effect") or "")))
+    return Placement(node_selector, tuple(terms), tuple(tolerations))
+
+
+def _requirement_matches(req: Requirement, node: NodeRecord) -> bool:
+    if req.field:
+        present, value = req.key == "metadata.name", node.name
+    else:
+        present, value = req.key in node.labels, node.labels.get(req.key, "")
+    op = req.operator
+    if op == "In":
+        return present and value in req.values
+    if op == "NotIn":
+        return not present or value not in req.values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt") and present and len(req.values) == 1:
+        try:
+            left, right = int(value), int(req.values[0])
+        except ValueError:
+            return False
+        return left > right if op == "Gt" else left < right
+    return False
+
+
+def placement_failure(placement: Placement, node: NodeRecord) -> str | None:
+    """Why ``node`` is excluded by taints, selector or affinity; None if it is not."""
+    taints = node.taints + ((UNSCHEDULABLE_TAINT,) if node.unschedulable else ())
+    for taint in taints:
+        if taint.effect in _BLOCKING_EFFECTS and not any(t.tolerates(taint) for t in placement.tolerations):
+            return f"node has untolerated taint {taint.key}={taint.value}:{taint.effect}"
+    if placement.unconstrained:
+        return None
+    labels = node.labels
+    for key, value in placement.node_selector:
+        if labels.get(key) != value:
+            return "node does not match the pod's nodeSelector"
+    if placement.affinity_terms and not any(
+        all(_requirement_matches(req, node) for req in term) for term in placement.affinity_terms
+    ):
+        return "node does not match the pod's required node affinity"
+    return None
+
+
+def shortfall(requests: Mapping[str, int], free: Mapping[str, int]) -> str | None:
+    """The first resource ``requests`` needs more of than ``free`` has; None when it fits."""
+    for name, amount in requests.items():
+        if amount > 0 and amount > free.get(name, 0):
+            return name
+    return None

@@ -1,0 +1,179 @@
+"""The Kubernetes API edge: the only module that imports the ``kubernetes`` client.
+
+Owns: loading credentials (in-cluster, then kubeconfig), raw JSON requests through the client's
+connection pool (objects are parsed with orjson, never into the generated models: 37.x models drop
+``spec.workloadRef`` and cost ~25x more to build), paginated lists, streaming watches, API discovery,
+``pods/binding``, and Events. Every failure leaves this module as ``KubeError``. Must not: hold
+cluster state or make scheduling decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import orjson
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+log = logging.getLogger(__name__)
+
+
+class KubeError(Exception):
+    """A failed API call. ``status`` is the HTTP status (0 when the server was not reached)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _failure(exc: BaseException) -> KubeError:
+    if isinstance(exc, KubeError):
+        return exc
+    if isinstance(exc, ApiException):
+        return KubeError(f"API error {exc.status}: {exc.reason}", int(exc.status or 0))
+    return KubeError(f"{type(exc).__name__}: {exc}")
+
+
+class KubeClient:
+    """Raw JSON access to one API server."""
+
+    def __init__(self, kubeconfig: str | None = None) -> None:
+        configuration = k8s_client.Configuration()
+        try:
+            if kubeconfig:
+                k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            else:
+                try:
+                    k8s_config.load_incluster_config(client_configuration=configuration)
+                except ConfigException:
+                    k8s_config.load_kube_config(client_configuration=configuration)
+        except (ConfigException, OSError) as exc:
+            raise KubeError(f"cannot load Kubernetes credentials: {exc}") from None
+        configuration.connection_pool_maxsize = 32
+        self._api = k8s_client.ApiClient(configuration)
+        self.server = configuration.host
+
+    def close(self) -> None:
+        self._api.close()
+
+    # ------------------------------------------------------------------------------- raw access
+    def _call(self, method: str, path: str, query: Mapping[str, Any] | None = None,
+              body: Any = None, timeout: float | tuple[float, float] = 30.0) -> Any:
+        """One request; returns the urllib3 response with its body unread."""
+        url_path = path + ("?" + urlencode(query) if query else "")
+        try:
+            method_, url, headers, body_, post = self._api.param_serialize(
+                method, url_path, header_params={"Accept": "application/json",
+                                                 "Content-Type": "application/json"},
+                body=body, auth_settings=["BearerToken"])
+            response = self._api.call_api(method_, url, headers, body_, post, _request_timeout=timeout)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise _failure(exc) from None
+        raw = response.response
+        if response.status >= 300:
+            data = raw.read()
+            raw.release_conn()
+            message = response.reason
+            try:
+                message = orjson.loads(data).get("message") or message
+            except (orjson.JSONDecodeError, AttributeError):
+                pass
+            raise KubeError(f"{method} {path}: {response.status} {message}", response.status)
+        return raw
+
+    def request(self, method: str, path: str, query: Mapping[str, Any] | None = None,
+                body: Any = None, timeout: float = 30.0) -> Any:
+        """A request whose JSON reply is parsed and returned."""
+        raw = self._call(method, path, query, body, timeout)
+        try:
+            data = raw.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _failure(exc) from None
+        finally:
+            raw.release_conn()
+        try:
+            return orjson.loads(data) if data else None
+        except orjson.JSONDecodeError as exc:
+            raise KubeError(f"{method} {path}: reply is not JSON: {exc}") from None
+
+    # --------------------------------------------------------------------------- list and watch
+    def list(self, path: str, page_size: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """All items of a collection (paginated) and the resourceVersion to watch from."""
+        items: list[dict[str, Any]] = []
+        query: dict[str, Any] = {"limit": page_size}
+        while True:
+            page = self.request("GET", path, query, timeout=120.0)
+            items.extend(page.get("items") or [])
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                return items, str(metadata.get("resourceVersion") or "")
+            query = {"limit": page_size, "continue": token}
+
+    def watch(self, path: str, resource_version: str, timeout_seconds: int = 300
+              ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Stream ``(type, object)`` watch events until the server closes the watch."""
+        query = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+                 "timeoutSeconds": timeout_seconds}
+        raw = self._call("GET", path, query, timeout=(10.0, timeout_seconds + 30.0))
+        try:
+            for line in raw:
+                if line.strip():
+                    event = orjson.loads(line)
+                    yield str(event.get("type")), event.get("object") or {}
+        except (urllib3.exceptions.HTTPError, OSError, orjson.JSONDecodeError) as exc:
+            raise _failure(exc) from None
+        finally:
+            raw.release_conn()
+
+    # -------------------------------------------------------------------------------- discovery
+    def serves(self, group: str, version: str, resource: str) -> bool:
+        """Whether the API server serves ``group/version`` ``resource`` right now."""
+        try:
+            found = self.request("GET", f"/apis/{group}/{version}", timeout=10.0)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.get("name") == resource for r in (found or {}).get("resources") or [])
+
+    # ---------------------------------------------------------------------------------- writes
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
+        self.request("POST", path, body=body, timeout=10.0)
+
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            pod: dict[str, Any] = self.request(
+                "GET", f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return pod
+
+    def create_event(self, pod: Mapping[str, str], event_type: str, reason: str, message: str) -> None:
+        """A core/v1 Event on a pod (``kubectl describe pod`` and ``kubectl get events`` show it)."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{pod['name']}.", "namespace": pod["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": pod["namespace"],
+                               "name": pod["name"], "uid": pod["uid"]},
+            "type": event_type, "reason": reason, "message": message[:1024],
+            "source": {"component": "gang-extender"}, "reportingComponent": "gang-extender",
+            "reportingInstance": socket.gethostname(), "firstTimestamp": now, "lastTimestamp": now,
+            "count": 1,
+        }
+        self.request("POST", f"/api/v1/namespaces/{quote(pod['namespace'], safe='')}/events", body=body)

@@ -1,0 +1,277 @@
+"""GangLedger: the lifecycle of every gang this extender is enforcing (no I/O).
+
+Owns: per gang, whether it is admitted and the reservation slots it holds, the bind requests held at
+the barrier, the deadline of the current attempt, back-off after a timeout, and the cached fail-fast
+verdict. It applies the pure rules of ``gang`` and records their effects in the mirror (reservations,
+assumed placements). Must not: call the API server or block: the engine does the binding and the
+waiting, outside the lock.
+
+Thread safety: the ledger shares the mirror's lock, so a gang decision and the capacity it was based
+on are one consistent step.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from extender import gang as rules
+from extender.cluster import ClusterMirror
+from extender.fit import shortfall
+from extender.model import PASS, Code, GangKey, GangPolicy, NodeRecord, PodRecord, Verdict
+from extender.quantity import Resources, describe
+
+
+@dataclass(eq=False, slots=True)
+class Hold:
+    """One bind request waiting at a gang's barrier."""
+
+    pod: PodRecord
+    node: str
+    done: threading.Event = field(default_factory=threading.Event)
+    result: str | None = None  # None while waiting; "" bound; otherwise the error to answer
+    releasing: bool = False    # picked by the thread that completes the quorum
+
+
+@dataclass(slots=True)
+class GangState:
+    gang: GangKey
+    policy: GangPolicy
+    admitted_at: float | None = None
+    slots: list[tuple[str, Resources]] = field(default_factory=list)
+    holds: dict[str, Hold] = field(default_factory=dict)
+    deadline: float | None = None
+    backoff_until: float = 0.0
+    timeouts: int = 0
+    completed: int = 0
+    last_message: str = ""
+    never_fits: Verdict | None = None
+    never_fits_checked: int = -1  # mirror.node_set_generation of that check
+
+
+class BindAction(enum.Enum):
+    NOW = "now"          # bind at once (not a gang member, or the gang is already complete)
+    WAIT = "wait"        # held: wait on the hold
+    RELEASE = "release"  # this request completed the quorum: bind every hold in ``holds``
+    REJECT = "reject"    # answer ``error``
+
+
+@dataclass(slots=True)
+class BindDecision:
+    action: BindAction
+    hold: Hold | None = None
+    holds: list[Hold] = field(default_factory=list)
+    error: str = ""
+
+
+class GangLedger:
+    def __init__(self, mirror: ClusterMirror, *, timeout_seconds: float, backoff_seconds: float,
+                 max_backoff_seconds: float = 300.0, clock: Callable[[], float] = time.monotonic,
+                 on_event: Callable[[list[PodRecord], str, str, str], None] | None = None) -> None:
+        self.mirror = mirror
+        self.lock = mirror.lock
+        self.timeout_seconds = timeout_seconds
+        self.backoff_seconds = backoff_seconds
+        self.max_backoff_seconds = max_backoff_seconds
+        self.clock = clock
+        self.on_event = on_event or (lambda pods, kind, reason, message: None)
+        self._gangs: dict[GangKey, GangState] = {}
+        self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0}
+
+    # ------------------------------------------------------------------------------------ queries
+    def state(self, gang: GangKey) -> GangState | None:
+        with self.lock:
+            return self._gangs.get(gang)
+
+    def held_count(self) -> int:
+        with self.lock:
+            return sum(len(s.holds) for s in self._gangs.values())
+
+    def admitted_count(self) -> int:
+        with self.lock:
+            return sum(1 for s in self._gangs.values() if s.admitted_at is not None)
+
+    def timeout_for(self, policy: GangPolicy) -> float:
+        return policy.timeout_seconds or self.timeout_seconds
+
+    def _placed(self, members: list[PodRecord], state: GangState | None) -> list[PodRecord]:
+        """Members bound or being bound, not counting those held at the barrier."""
+        holds = state.holds if state else {}
+        return [p for p in members if p.uid not in holds and self.mirror.placement(p.uid)]
+
+    # ---------------------------------------------------------------------------------- admission
+    def admission(self, gang: GangKey, policy: GangPolicy) -> Verdict:
+        """Admit the gang if the rest of it fits; PASS for an admitted or complete gang."""
+        with self.lock:
+            now = self.clock()
+            state = self._gangs.get(gang)
+            if state is None:
+                state = self._gangs[gang] = GangState(gang, policy)
+            state.policy = policy
+            members = self.mirror.members(gang)
+            placed = self._placed(members, state)
+            if len(placed) + len(state.holds) >= policy.min_count and state.admitted_at is None:
+                return PASS  # complete: later members and replacements need no reservation
+            if state.admitted_at is not None:
+                return PASS
+            if now < state.backoff_until:
+                return Verdict(Code.WAIT_RESOLVABLE,
+                               f"gang {gang} is backing off for {state.backoff_until - now:.0f}s after "
+                               f"{state.timeouts} timeout(s) so other gangs can proceed")
+            verdict = self._never_fits(state, members)
+            if verdict is not None:
+                return verdict
+            needed = policy.min_count - len(placed) - len(state.holds)
+            pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
+            chosen = rules.pick_for_reservation(pending, needed)
+            result = rules.plan(chosen, self.mirror.nodes.values(), self._free_for(gang))
+            if not result.complete:
+                verdict = rules.admission_wait(gang, result, needed)
+                state.last_message = verdict.message
+                return verdict
+            state.admitted_at = now
+            state.deadline = now + self.timeout_for(policy)
+            state.slots = list(result.slots)
+            state.last_message = f"admitted: {needed} member(s) reserved on {len(result.per_node())} node(s)"
+            self.mirror.set_reservation(gang, result.per_node())
+            self.counters["admitted"] += 1
+            self.on_event(chosen, "Normal", "GangAdmitted",
+                          f"gang {gang} admitted: capacity reserved for {needed} more member(s)")
+            return PASS
+
+    def _free_for(self, gang: GangKey) -> Callable[[NodeRecord], Resources]:
+        return lambda node: self.mirror.free(node.name, gang)
+
+    def _never_fits(self, state: GangState, members: list[PodRecord]) -> Verdict | None:
+        generation = self.mirror.node_set_generation
+        if state.never_fits_checked != generation:
+            chosen = rules.pick_for_reservation(members, state.policy.min_count)
+            result = rules.plan(chosen, self.mirror.nodes.values(), lambda node: node.allocatable)
+            fresh = None if result.complete else rules.never_fits(
+                state.gang, result, state.policy.min_count, len(self.mirror.nodes))
+            if fresh is not None and state.never_fits is None:
+                self.counters["never_fits"] += 1
+                self.on_event(members, "Warning", "GangNeverFits", fresh.message)
+            state.never_fits, state.never_fits_checked = fresh, generation
+        if state.never_fits is not None:
+            state.last_message = state.never_fits.message
+        return state.never_fits
+
+    # -------------------------------------------------------------------------------------- binds
+    def on_bind(self, pod: PodRecord, node: str, policy: GangPolicy | None) -> BindDecision:
+        """Decide what a bind request does; records the hold/assumption before returning."""
+        assert pod.gang is not None or policy is None
+        with self.lock:
+            if node not in self.mirror.nodes:
+                return BindDecision(BindAction.REJECT, error=f"node {node} is not known to the extender")
+            free = self.mirror.free(node, pod.gang if policy else None)
+            lacking = shortfall(pod.requests, free)
+            if lacking is not None:
+                return BindDecision(BindAction.REJECT, error=(
+                    f"node {node} no longer has room for pod {pod.namespace}/{pod.name}: insufficient "
+                    f"{lacking} (needs {describe({lacking: pod.requests[lacking]})}, "
+                    f"free {describe({lacking: free.get(lacking, 0)})})"))
+            if policy is None or pod.gang is None:
+                self.mirror.assume(pod.uid, node)
+                return BindDecision(BindAction.NOW)
+            state = self._gangs.get(pod.gang)
+            if state is None:
+                state = self._gangs[pod.gang] = GangState(pod.gang, policy)
+            if pod.uid in state.holds:
+                return BindDecision(BindAction.REJECT, error=f"pod {pod.namespace}/{pod.name} is already "
+                                    "waiting at its gang barrier")
+            members = self.mirror.members(pod.gang)
+            placed = self._placed(members, state)
+            if len(placed) >= policy.min_count:
+                self.mirror.assume(pod.uid, node)
+                return BindDecision(BindAction.NOW)
+            now = self.clock()
+            hold = Hold(pod, node)
+            state.holds[pod.uid] = hold
+            if not any(not h.releasing for h in state.holds.values() if h is not hold):
+                state.deadline = now + self.timeout_for(policy)  # the first hold starts the clock
+            rules.consume_slot(state.slots, node, pod.requests)
+            self.mirror.assume(pod.uid, node)
+            self.mirror.set_reservation(pod.gang, rules.Plan(tuple(state.slots), ()).per_node())
+            waiting = [h for h in state.holds.values() if not h.releasing]
+            if len(placed) + len(waiting) >= policy.min_count:
+                for held in waiting:
+                    held.releasing = True
+                return BindDecision(BindAction.RELEASE, hold=hold, holds=waiting)
+            state.last_message = (f"holding {len(waiting)} bind(s); {len(placed) + len(waiting)}/"
+                                  f"{policy.min_count} members placed")
+            return BindDecision(BindAction.WAIT, hold=hold)
+
+    def bound(self, pod: PodRecord, error: str) -> None:
+        """Outcome of an immediate bind."""
+        if error:
+            with self.lock:
+                self.counters["bind_errors"] += 1
+                self.mirror.forget(pod.uid)
+
+    def released(self, gang: GangKey, outcomes: list[tuple[Hold, str]]) -> None:
+        """Outcome of binding a released quorum: answer every hold, release the reservation."""
+        with self.lock:
+            state = self._gangs.get(gang)
+            for hold, error in outcomes:
+                hold.result = error
+                if error:
+                    self.counters["bind_errors"] += 1
+                    self.mirror.forget(hold.pod.uid)
+                if state is not None:
+                    state.holds.pop(hold.pod.uid, None)
+                hold.done.set()
+            if state is not None and not any(not h.releasing for h in state.holds.values()):
+                self._reset(state)
+                state.timeouts = 0
+                state.completed += 1
+                state.last_message = "quorum reached: members bound"
+                self.counters["completed"] += 1
+            bound = [h.pod for h, error in outcomes if not error]
+            if bound:
+                self.on_event(bound, "Normal", "GangBound",
+                              f"gang {gang}: {len(bound)} member(s) bound together at quorum")
+
+    def _reset(self, state: GangState) -> None:
+        state.admitted_at = None
+        state.deadline = None
+        state.slots = []
+        self.mirror.set_reservation(state.gang, {})
+
+    # ------------------------------------------------------------------------------------ expiry
+    def expire_if_due(self, gang: GangKey) -> None:
+        """Time out the gang's current attempt if its deadline passed (called by waiters and sweep)."""
+        with self.lock:
+            state = self._gangs.get(gang)
+            if state is None or state.deadline is None or self.clock() < state.deadline:
+                return
+            waiting = [h for h in state.holds.values() if not h.releasing]
+            message = (f"gang {gang} timed out after {self.timeout_for(state.policy):.0f}s with "
+                       f"{len(waiting)} member(s) held of {state.policy.min_count} needed; "
+                       "released its reservation and backing off")
+            for hold in waiting:
+                hold.result = message
+                self.mirror.forget(hold.pod.uid)
+                del state.holds[hold.pod.uid]
+                hold.done.set()
+            self._reset(state)
+            state.timeouts += 1
+            backoff = min(self.backoff_seconds * 2 ** (state.timeouts - 1), self.max_backoff_seconds)
+            state.backoff_until = self.clock() + backoff
+            state.last_message = message
+            self.counters["timeouts"] += 1
+            self.on_event(self.mirror.members(gang), "Warning", "GangTimeout", message)
+
+    def sweep(self) -> None:
+        """Expire overdue gangs and forget gangs with no members left."""
+        with self.lock:
+            now = self.clock()
+            for gang, state in list(self._gangs.items()):
+                if state.deadline is not None and now >= state.deadline:
+                    self.expire_if_due(gang)
+                if not state.holds and not self.mirror.member_count(gang):
+                    self._reset(state)
+                    del self._gangs[gang]

@@ -1,0 +1,79 @@
+"""Prometheus metrics on a per-app registry.
+
+Owns: request counters and latency histograms (observed by the routes), and a collector that reads
+the counters the core keeps as plain integers (cache, ledger, mirror, watches, events) at scrape
+time, so the core never imports prometheus_client. Must not: change any state it reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from extender.runtime import Runtime
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Metrics:
+    def __init__(self, runtime: Runtime) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("gang_extender_requests", "Extender requests by verb and outcome",
+                                ["verb", "outcome"], registry=self.registry)
+        self.latency = Histogram("gang_extender_request_seconds", "Extender request latency by verb",
+                                 ["verb"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.registry.register(_StateCollector(runtime))
+
+
+class _StateCollector:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        rt = self.runtime
+        stats = rt.cache.stats()
+        for name, value, text in (
+            ("hits", stats["hits"], "Filter requests answered from a cached signature entry"),
+            ("misses", stats["misses"], "Signable filter requests with no cached entry"),
+            ("unsignable", stats["unsignable"], "Filter requests whose pod cannot share results"),
+            ("refreshed_nodes", stats["refreshed_nodes"], "Node verdicts recomputed in cached entries"),
+        ):
+            yield CounterMetricFamily(f"gang_extender_filter_cache_{name}", text, value=value)
+        flushes = CounterMetricFamily("gang_extender_filter_cache_flushes",
+                                      "Cache entries dropped, by reason", labels=["reason"])
+        for reason in rt.cache.REASONS:
+            flushes.add_metric([reason], stats["flushes"].get(reason, 0))
+        yield flushes
+        yield GaugeMetricFamily("gang_extender_filter_cache_entries", "Signatures cached",
+                                value=stats["entries"])
+        for name, value in rt.ledger.counters.items():
+            yield CounterMetricFamily(f"gang_extender_gangs_{name}", f"Gangs {name.replace('_', ' ')}",
+                                      value=value)
+        yield GaugeMetricFamily("gang_extender_held_binds", "Bind requests held at gang barriers",
+                                value=rt.ledger.held_count())
+        yield GaugeMetricFamily("gang_extender_admitted_gangs", "Gangs holding a reservation",
+                                value=rt.ledger.admitted_count())
+        yield GaugeMetricFamily("gang_extender_mirror_nodes", "Nodes in the mirror", value=len(rt.mirror.nodes))
+        yield GaugeMetricFamily("gang_extender_mirror_pods", "Pods in the mirror", value=rt.mirror.pod_count)
+        yield CounterMetricFamily("gang_extender_mirror_rejected_objects", "Objects too malformed to mirror",
+                                  value=rt.mirror.rejected_objects)
+        synced = GaugeMetricFamily("gang_extender_watch_synced", "Watch listed and healthy",
+                                   labels=["resource"])
+        relists = CounterMetricFamily("gang_extender_watch_relists", "Full relists", labels=["resource"])
+        errors = CounterMetricFamily("gang_extender_watch_errors", "List/watch failures", labels=["resource"])
+        for r in rt.reflectors:
+            synced.add_metric([r.name], 1 if r.synced.is_set() and r.healthy else 0)
+            relists.add_metric([r.name], r.relists)
+            errors.add_metric([r.name], r.errors)
+        yield synced
+        yield relists
+        yield errors
+        events = CounterMetricFamily("gang_extender_events", "Kubernetes Events", labels=["outcome"])
+        events.add_metric(["sent"], rt.events.sent)
+        events.add_metric(["dropped"], rt.events.dropped)
+        events.add_metric(["failed"], rt.events.failed)
+        yield events

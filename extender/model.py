@@ -1,0 +1,119 @@
+"""Value types shared by every layer (pure).
+
+Owns: the frozen records the rest of the extender passes around: group keys and gang policies,
+compact node and pod records, and the verdict codes of the gang rules. Must not: parse Kubernetes
+JSON (that is ``groups``/``cluster``), hold mutable state, or import anything outside the stdlib.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from extender.quantity import Resources
+
+
+class GroupKind(enum.Enum):
+    """Where a gang's definition comes from."""
+
+    WORKLOAD = "Workload"              # scheduling.k8s.io/v1alpha1 Workload + pod spec.workloadRef
+    COSCHEDULING = "PodGroup.x-k8s.io"  # scheduler-plugins PodGroup CRD + pod label
+    ANNOTATION = "annotation"          # gang-extender.io/* pod annotations only
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class GroupRef:
+    """A group definition object: one Workload pod group, one PodGroup CR, one annotation group."""
+
+    kind: GroupKind = field(compare=False)
+    namespace: str
+    name: str
+    pod_group: str = ""
+
+    def __str__(self) -> str:
+        base = f"{self.namespace}/{self.name}"
+        return f"{base}/{self.pod_group}" if self.pod_group else base
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class GangKey:
+    """One independent gang: a group definition plus the pod's replica key (Workload API only)."""
+
+    group: GroupRef
+    replica: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.group}[{self.replica}]" if self.replica else str(self.group)
+
+
+@dataclass(frozen=True, slots=True)
+class GangPolicy:
+    """All-or-nothing policy of a group: ``min_count`` members bind together or none does."""
+
+    min_count: int
+    timeout_seconds: float | None = None  # per-gang override of the barrier timeout
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """What scheduling needs of a Node (compact: the mirror holds thousands)."""
+
+    name: str
+    allocatable: Resources
+    labels: dict[str, str]
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What scheduling needs of a Pod (compact: the mirror holds up to 150,000)."""
+
+    uid: str
+    namespace: str
+    name: str
+    node_name: str            # "" while unbound
+    requests: Resources       # effective requests incl. init containers and overhead, plus pods=1
+    gang: GangKey | None      # None: not a gang member
+    link_policy: GangPolicy | None = None  # policy carried by the pod itself (annotation form)
+    terminal: bool = False    # Succeeded/Failed or being deleted: holds no capacity, not a member
+    scheduler_name: str = "default-scheduler"
+    spec: dict[str, object] | None = None  # scheduling-relevant spec kept for admission planning
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def bound(self) -> bool:
+        return bool(self.node_name)
+
+
+class Code(enum.Enum):
+    """Outcome codes of gang rules; each maps to one wire placement of a node."""
+
+    PASS = "pass"                      # no gang constraint applies / gang admitted
+    WAIT_UNRESOLVABLE = "unresolvable"  # FailedAndUnresolvableNodes: preemption cannot help
+    WAIT_RESOLVABLE = "resolvable"      # FailedNodes: may change with cluster events
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The decision of a gang rule for one pod, with the exact message users will see."""
+
+    code: Code
+    message: str = ""
+
+    @property
+    def passes(self) -> bool:
+        return self.code is Code.PASS
+
+
+PASS = Verdict(Code.PASS)

@@ -1,0 +1,152 @@
+"""The kube-scheduler extender wire format (pure).
+
+Owns: the exact PascalCase keys of ``k8s.io/kube-scheduler/extender/v1`` (the Go structs have no JSON
+tags), validation of request bodies into typed values, and rendering of replies. Embedded Kubernetes
+objects (Pod, Node) stay raw camelCase dicts. Must not: decide anything about scheduling, touch I/O,
+or accept a body it cannot fully account for; every problem is a ProtocolError with a message a
+person can act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
+
+
+class ProtocolError(ValueError):
+    """A request body that is not a valid extender request. Rendered as HTTP 400."""
+
+
+@dataclass(frozen=True, slots=True)
+class FilterArgs:
+    """ExtenderArgs: the pod and the candidate nodes (names, plus full objects when not cache-capable)."""
+
+    pod: dict[str, Any]
+    node_names: list[str]
+    nodes: list[dict[str, Any]] | None  # full Node objects, only when the request carried ``Nodes``
+
+
+@dataclass(frozen=True, slots=True)
+class BindArgs:
+    """ExtenderBindingArgs."""
+
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+@dataclass(slots=True)
+class FilterResult:
+    """ExtenderFilterResult, built from the request's nodes only."""
+
+    feasible: list[str]
+    failed: dict[str, str]
+    failed_unresolvable: dict[str, str]
+    error: str = ""
+
+
+def _require_object(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{what} must be a JSON object, got {_type_name(value)}")
+    return value
+
+
+def _type_name(value: object) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null",
+            int: "number", float: "number"}.get(type(value), type(value).__name__)
+
+
+def _pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    pod = _require_object(body.get("Pod"), "Pod")
+    metadata = _require_object(pod.get("metadata"), "Pod.metadata")
+    for key in ("name", "namespace"):
+        if not isinstance(metadata.get(key), str) or not metadata[key]:
+            raise ProtocolError(f"Pod.metadata.{key} must be a non-empty string")
+    if metadata.get("uid") is not None and not isinstance(metadata["uid"], str):
+        raise ProtocolError("Pod.metadata.uid must be a string")
+    spec = pod.get("spec")
+    if spec is not None:
+        _require_object(spec, "Pod.spec")
+    return pod
+
+
+def parse_filter_args(body: object) -> FilterArgs:
+    """Validate an ExtenderArgs body (filter and prioritize share it)."""
+    body = _require_object(body, "request body")
+    pod = _pod(body)
+    raw_names, raw_nodes = body.get("NodeNames"), body.get("Nodes")
+    if raw_names is None and raw_nodes is None:
+        raise ProtocolError("one of NodeNames or Nodes is required (both are null or missing)")
+    nodes: list[dict[str, Any]] | None = None
+    if raw_names is not None:
+        if not isinstance(raw_names, list):
+            raise ProtocolError(f"NodeNames must be an array of strings, got {_type_name(raw_names)}")
+        for index, name in enumerate(raw_names):
+            if not isinstance(name, str) or not name:
+                raise ProtocolError(f"NodeNames[{index}] must be a non-empty string")
+        names: list[str] = raw_names
+    else:
+        node_list = _require_object(raw_nodes, "Nodes")
+        items = node_list.get("items")
+        if items is None:
+            items = []
+        if not isinstance(items, list):
+            raise ProtocolError(f"Nodes.items must be an array, got {_type_name(items)}")
+        names = []
+        for index, node in enumerate(items):
+            meta = node.get("metadata") if isinstance(node, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            if not isinstance(name, str) or not name:
+                raise ProtocolError(f"Nodes.items[{index}].metadata.name must be a non-empty string")
+            names.append(name)
+        nodes = items
+    if len(set(names)) != len(names):
+        raise ProtocolError("node names must be unique")
+    return FilterArgs(pod=pod, node_names=names, nodes=nodes)
+
+
+def parse_bind_args(body: object) -> BindArgs:
+    """Validate an ExtenderBindingArgs body."""
+    body = _require_object(body, "request body")
+    values = {}
+    for key in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = body.get(key)
+        if not isinstance(value, str) or (key != "PodUID" and not value):
+            raise ProtocolError(f"{key} must be a non-empty string")
+        values[key] = value
+    return BindArgs(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])
+
+
+def render_filter(args: FilterArgs, result: FilterResult) -> dict[str, Any]:
+    """ExtenderFilterResult. NodeNames is always a list (null would mean 'no feasible node')."""
+    nodes: dict[str, Any] | None = None
+    if args.nodes is not None:
+        keep = set(result.feasible)
+        nodes = {"items": [node for node in args.nodes if node["metadata"]["name"] in keep]}
+    return {
+        "Nodes": nodes,
+        "NodeNames": result.feasible,
+        "FailedNodes": result.failed,
+        "FailedAndUnresolvableNodes": result.failed_unresolvable,
+        "Error": result.error,
+    }
+
+
+def render_filter_error(args: FilterArgs | None, message: str) -> dict[str, Any]:
+    """A filter reply whose Error fails the scheduling cycle (kube-scheduler retries the pod)."""
+    return {"Nodes": None if args is None or args.nodes is None else {"items": []}, "NodeNames": [],
+            "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}
+
+
+def render_priorities(scores: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+    """HostPriorityList; scores are clamped to 0..MAX_SCORE."""
+    return [{"Host": host, "Score": max(0, min(MAX_SCORE, int(score)))} for host, score in scores]
+
+
+def render_bind(error: str = "") -> dict[str, str]:
+    """ExtenderBindingResult."""
+    return {"Error": error}

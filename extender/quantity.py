@@ -1,0 +1,101 @@
+"""Kubernetes resource quantities as integers (pure).
+
+Owns: parsing quantity strings ("500m", "1.5Gi", "2e3") and resource lists into ``dict[str, int]``
+in the units kube-scheduler compares: millicores for ``cpu``, whole units (rounded up) for everything
+else. Must not: know about pods, nodes or the wire format.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+
+Resources = dict[str, int]
+"""Resource name -> amount (millicores for cpu, base units rounded up otherwise)."""
+
+CPU = "cpu"
+PODS = "pods"
+
+_SUFFIX = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
+    "P": Decimal("1e15"), "E": Decimal("1e18"),
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[a-zA-Z]{0,2})$")
+
+
+class QuantityError(ValueError):
+    """A quantity string that Kubernetes would not accept."""
+
+
+def parse_quantity(text: object) -> Decimal:
+    """Parse a Kubernetes quantity ("100m", "1Gi", 2) into an exact Decimal."""
+    if isinstance(text, bool):
+        raise QuantityError(f"invalid quantity {text!r}")
+    if isinstance(text, int):
+        return Decimal(text)
+    if isinstance(text, float):
+        if not math.isfinite(text):
+            raise QuantityError(f"invalid quantity {text!r}")
+        return Decimal(str(text))
+    if not isinstance(text, str):
+        raise QuantityError(f"invalid quantity {text!r}")
+    match = _QUANTITY.match(text.strip())
+    if not match:
+        raise QuantityError(f"invalid quantity {text!r}")
+    number, suffix = match.groups()
+    try:
+        value = Decimal(number)
+        if suffix[:1] in ("e", "E"):
+            return value * (Decimal(10) ** int(suffix[1:]))
+        return value * _SUFFIX[suffix]
+    except (InvalidOperation, KeyError, ValueError):
+        raise QuantityError(f"invalid quantity {text!r}") from None
+
+
+def to_units(name: str, text: object) -> int:
+    """Convert one quantity to the integer unit kube-scheduler compares for resource ``name``."""
+    value = parse_quantity(text)
+    if name == CPU:
+        value = value * 1000
+    return math.ceil(value)
+
+
+def parse_resources(raw: object) -> Resources:
+    """Parse a ``{"cpu": "500m", "memory": "1Gi"}`` mapping; unparsable entries raise QuantityError."""
+    if not raw:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise QuantityError(f"resource list must be a mapping, got {type(raw).__name__}")
+    return {str(name): to_units(str(name), amount) for name, amount in raw.items()}
+
+
+def add_into(total: Resources, extra: Mapping[str, int], sign: int = 1) -> None:
+    """Add (or with ``sign=-1`` subtract) ``extra`` into ``total`` in place, dropping zeros."""
+    for name, amount in extra.items():
+        value = total.get(name, 0) + sign * amount
+        if value:
+            total[name] = value
+        else:
+            total.pop(name, None)
+
+
+def describe(resources: Mapping[str, int]) -> str:
+    """Human form: ``cpu=1500m, memory=2Gi``; used in messages and explanations."""
+    parts = []
+    for name in sorted(resources):
+        amount = resources[name]
+        if name == CPU:
+            parts.append(f"cpu={amount}m" if amount % 1000 else f"cpu={amount // 1000}")
+        elif amount and amount % 2**30 == 0:
+            parts.append(f"{name}={amount // 2**30}Gi")
+        elif amount and amount % 2**20 == 0:
+            parts.append(f"{name}={amount // 2**20}Mi")
+        else:
+            parts.append(f"{name}={amount}")
+    return ", ".join(parts) or "nothing"

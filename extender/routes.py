@@ -1,0 +1,102 @@
+"""Flask handlers: thin translation between HTTP and the engine.
+
+Owns: reading bodies (size-capped), JSON decoding with orjson, mapping ProtocolError to HTTP 400 and
+every other failure to the protocol's own error shape (never a 500, never a stack trace to the
+client), metrics per request, and the health/readiness/metrics endpoints. Must not: make decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from flask import Blueprint, Response, current_app, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from werkzeug.exceptions import HTTPException
+
+from extender import protocol
+from extender.protocol import ProtocolError
+
+log = logging.getLogger(__name__)
+bp = Blueprint("extender", __name__)
+
+
+def json_response(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status=status, mimetype="application/json")
+
+
+def _ext() -> Any:
+    return current_app.extensions["gang_extender"]
+
+
+def _body() -> Any:
+    data = request.get_data(cache=False)
+    if not data:
+        raise ProtocolError("request body is empty; expected a JSON object")
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(f"request body is not valid JSON: {exc}") from None
+
+
+def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], Any]) -> Response:
+    ext = _ext()
+    started = time.perf_counter()
+    outcome = "ok"
+    try:
+        payload = handle(_body())
+        status = 200
+    except ProtocolError as exc:
+        outcome, status = "bad_request", 400
+        payload = {"error": str(exc), "verb": verb}
+    except HTTPException:
+        raise
+    except Exception as exc:  # a bug must not take scheduling down: log it, answer the protocol's error
+        outcome, status = "error", 200
+        log.exception("%s failed", verb)
+        payload = on_error(f"gang-extender internal error in {verb}: {type(exc).__name__}: {exc}")
+    ext.metrics.requests.labels(verb, outcome).inc()
+    ext.metrics.latency.labels(verb).observe(time.perf_counter() - started)
+    return json_response(payload, status)
+
+
+@bp.post("/filter")
+def filter_() -> Response:
+    def handle(body: Any) -> Any:
+        args = protocol.parse_filter_args(body)
+        return protocol.render_filter(args, _ext().runtime.engine.filter(args))
+    return _serve("filter", handle, lambda message: protocol.render_filter_error(None, message))
+
+
+@bp.post("/prioritize")
+def prioritize() -> Response:
+    def handle(body: Any) -> Any:
+        args = protocol.parse_filter_args(body)
+        return protocol.render_priorities(_ext().runtime.engine.prioritize(args))
+    return _serve("prioritize", handle, lambda message: [])
+
+
+@bp.post("/bind")
+def bind() -> Response:
+    def handle(body: Any) -> Any:
+        return protocol.render_bind(_ext().runtime.engine.bind(protocol.parse_bind_args(body)))
+    return _serve("bind", handle, protocol.render_bind)
+
+
+@bp.get("/healthz")
+def healthz() -> Response:
+    return json_response({"status": "ok"})
+
+
+@bp.get("/readyz")
+def readyz() -> Response:
+    ready, detail = _ext().runtime.readiness()
+    return json_response({"ready": ready, **detail}, 200 if ready else 503)
+
+
+@bp.get("/metrics")
+def metrics() -> Response:
+    return Response(generate_latest(_ext().metrics.registry), mimetype=CONTENT_TYPE_LATEST)

@@ -1,0 +1,98 @@
+"""Reflector: list -> watch -> relist on 410, with backoff and a stop event.
+
+Owns: keeping one collection of the mirror in step with the API server through injected ``list`` and
+``watch`` callables (so tests can drive it without a server), its sync/health flags for ``/readyz``,
+and relist/error counters. Must not: parse objects (the ``apply`` callbacks do) or import the client.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ListFn = Callable[[], tuple[list[dict[str, Any]], str]]
+WatchFn = Callable[[str], Iterator[tuple[str, dict[str, Any]]]]
+
+
+class _Gone(Exception):
+    """The resourceVersion we watch from is too old: relist."""
+
+
+class Reflector:
+    def __init__(self, name: str, list_fn: ListFn, watch_fn: WatchFn,
+                 replace: Callable[[list[dict[str, Any]]], None],
+                 apply: Callable[[str, dict[str, Any]], None], stop: threading.Event,
+                 *, initial_backoff: float = 0.5, max_backoff: float = 30.0) -> None:
+        self.name = name
+        self._list, self._watch, self._replace, self._apply = list_fn, watch_fn, replace, apply
+        self._stop = stop
+        self._initial_backoff, self._max_backoff = initial_backoff, max_backoff
+        self.synced = threading.Event()   # listed at least once
+        self.healthy = False              # last list/watch succeeded
+        self.last_error = ""
+        self.relists = 0
+        self.errors = 0
+        self.events = 0
+        self._thread = threading.Thread(target=self._run, name=f"watch-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        backoff = self._initial_backoff
+        while not self._stop.is_set():
+            try:
+                self._list_and_watch()
+                backoff = self._initial_backoff
+            except _Gone:
+                log.info("watch %s: resourceVersion expired, relisting", self.name)
+            except Exception as exc:  # any failure: the loop must survive, report, and retry
+                self.errors += 1
+                self.healthy = False
+                self.last_error = str(exc)
+                log.warning("watch %s failed (%s); retrying in %.1fs", self.name, exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self._max_backoff)
+
+    def _list_and_watch(self) -> None:
+        items, version = self._list()
+        self._replace(items)
+        self.relists += 1
+        self.synced.set()
+        self.healthy = True
+        self.last_error = ""
+        while not self._stop.is_set():
+            for kind, obj in self._watch(version):
+                if self._stop.is_set():
+                    return
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise _Gone
+                    raise RuntimeError(f"watch error: {obj.get('message') or obj}")
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if kind != "BOOKMARK":
+                    self.events += 1
+                    self._apply(kind, obj)
+
+    @staticmethod
+    def is_gone(exc: BaseException) -> bool:
+        return getattr(exc, "status", None) == 410
+
+
+def watch_or_gone(watch_fn: WatchFn) -> WatchFn:
+    """Wrap a watch so an HTTP 410 on the request itself also triggers a relist."""
+    def watch(version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        try:
+            yield from watch_fn(version)
+        except Exception as exc:
+            if Reflector.is_gone(exc):
+                raise _Gone from None
+            raise
+    return watch
