@@ -34,7 +34,7 @@ class NodeVerdicts:
 
     def record(self, node: str, verdict: str) -> None:
         self.verdicts[node] = verdict
-        if verdict == FIT or verdict == FIT_RESERVED:
+        if verdict in (FIT, FIT_RESERVED):
             self.fit.add(node)
         else:
             self.fit.discard(node)

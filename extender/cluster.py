@@ -274,6 +274,9 @@ class ClusterMirror:
     def member_count(self, gang: GangKey) -> int:
         return len(self._members.get(gang, ()))
 
+    def is_member(self, gang: GangKey, uid: str) -> bool:
+        return uid in self._members.get(gang, ())
+
     def gangs(self) -> Iterator[GangKey]:
         with self.lock:
             return iter(list(self._members))

@@ -8,6 +8,7 @@ than checking that named paths exist.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -111,7 +112,9 @@ def validate(settings: Settings) -> list[str]:
         problems.append(f"port must be 1..65535, got {settings.port}")
     if not settings.gang_timeout_seconds > 0:
         problems.append(f"gang-timeout-seconds must be > 0, got {settings.gang_timeout_seconds}")
-    if settings.gang_backoff_seconds < 0:
+    elif not math.isfinite(settings.gang_timeout_seconds):  # an infinite wait overflows Event.wait
+        problems.append(f"gang-timeout-seconds must be finite, got {settings.gang_timeout_seconds}")
+    if not settings.gang_backoff_seconds >= 0:  # also rejects nan
         problems.append(f"gang-backoff-seconds must be >= 0, got {settings.gang_backoff_seconds}")
     if settings.cache_size < 0:
         problems.append(f"cache-size must be >= 0, got {settings.cache_size}")

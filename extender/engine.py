@@ -23,7 +23,7 @@ from extender.cluster import ClusterMirror
 from extender.fit import Placement, placement_failure, placement_from_spec, shortfall
 from extender.groups import GroupError
 from extender.ledger import BindAction, GangLedger, Hold
-from extender.model import Code, GangKey, GangPolicy, PodRecord, Verdict
+from extender.model import PASS, Code, GangKey, GangPolicy, PodRecord, Verdict
 from extender.protocol import BindArgs, FilterArgs, FilterResult, ProtocolError
 from extender.quantity import QuantityError, Resources
 from extender.records import RecordError, pod_record
@@ -68,14 +68,13 @@ class Engine:
     def _gang(self, pod: PodRecord) -> tuple[GangKey | None, GangPolicy | None, Verdict]:
         """The pod's gang, its policy and the quorum verdict. (None, None, PASS) for other pods."""
         if pod.gang is None:
-            return None, None, rules.PASS
+            return None, None, PASS
         exists, policy = self.mirror.gang_policy(pod.gang)
         if not exists and pod.link_policy is not None:
             exists, policy = True, pod.link_policy
         if exists and policy is None:
-            return None, None, rules.PASS  # a non-gang ("basic") pod group
-        members = self.mirror.members(pod.gang)
-        count = len(members) + (0 if any(m.uid == pod.uid for m in members) else 1)
+            return None, None, PASS  # a non-gang ("basic") pod group
+        count = self.mirror.member_count(pod.gang) + (0 if self.mirror.is_member(pod.gang, pod.uid) else 1)
         return pod.gang, policy, rules.quorum(pod.gang, exists, policy, count)
 
     # ------------------------------------------------------------------------------------ filter
@@ -87,10 +86,15 @@ class Engine:
         self.ledger.sweep()
         gang, policy, verdict = self._gang(pod)
         if verdict.passes and gang is not None and policy is not None:
-            verdict = self.ledger.admission(gang, policy)
+            verdict = self.ledger.admission(gang, policy, pod)
         if not verdict.passes:
+            if verdict.code is Code.WAIT_RESOLVABLE:
+                self.ledger.note_blocked(pod)
             return _all_failed(args.node_names, verdict)
-        return self._node_verdicts(args, pod, gang)
+        result = self._node_verdicts(args, pod, gang)
+        if not result.feasible:
+            self.ledger.note_blocked(pod)
+        return result
 
     def _node_verdicts(self, args: FilterArgs, pod: PodRecord, gang: GangKey | None) -> FilterResult:
         names = args.node_names
@@ -99,7 +103,7 @@ class Engine:
         placement = placement_from_spec(spec)
         with self.mirror.lock:
             self._learn_unknown_nodes(args)
-            entry, refreshed = self._fresh_entry(key, pod.requests, placement, gang)
+            entry = self._fresh_entry(key, pod.requests, placement, gang)
             verdicts = entry.verdicts
             if not entry.fit.issuperset(names):
                 for name in names:
@@ -121,30 +125,30 @@ class Engine:
         return FilterResult(feasible, failed, {})
 
     def _fresh_entry(self, key: bytes | None, requests: Resources, placement: Placement,
-                     gang: GangKey | None) -> tuple[NodeVerdicts, int]:
+                     gang: GangKey | None) -> NodeVerdicts:
         """The cached verdicts for ``key``, refreshed to the mirror's generation (under mirror.lock)."""
         generation = self.mirror.generation
         if key is None:
             self.cache.unsignable += 1
-            return NodeVerdicts(generation), 0
+            return NodeVerdicts(generation)
         entry = self.cache.get(key)
         if entry is None:
             self.cache.count(hit=False)
-            return NodeVerdicts(generation), 0
+            return NodeVerdicts(generation)
         refreshed = 0
         if entry.generation != generation:
             changed = self.mirror.changed_since(entry.generation)
             if changed is None:
                 self.cache.discard(key, "change_log_overflow")
                 self.cache.count(hit=False)
-                return NodeVerdicts(generation), 0
+                return NodeVerdicts(generation)
             for name in changed:
                 if name in entry.verdicts:
                     entry.record(name, self._verdict(name, requests, placement, gang))
                     refreshed += 1
             entry.generation = generation
         self.cache.count(hit=True, refreshed=refreshed)
-        return entry, refreshed
+        return entry
 
     def _learn_unknown_nodes(self, args: FilterArgs) -> None:
         """Full Node objects in a request teach the mirror nodes its watch has not delivered yet."""
@@ -248,7 +252,7 @@ class Engine:
     def _await(self, gang: GangKey, hold: Hold) -> str:
         while not hold.done.is_set():
             state = self.ledger.state(gang)
-            deadline = state.deadline if state and state.deadline else self.clock()
+            deadline = state.deadline if state and state.deadline else self.clock() + 0.1
             if not hold.done.wait(timeout=max(deadline - self.clock(), 0) + 0.01):
                 self.ledger.expire_if_due(gang)
         return hold.result or ""

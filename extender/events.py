@@ -7,6 +7,7 @@ a global rate limit. Must not: block the caller (a full queue drops and counts) 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -65,10 +66,8 @@ class EventRecorder:
                 self._recent = {k: t for k, t in self._recent.items() if t >= cutoff}
 
     def close(self, timeout: float = 2.0) -> None:
-        try:
+        with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
-        except queue.Full:
-            pass
         self._thread.join(timeout)
 
     def _drain(self) -> None:
@@ -83,6 +82,66 @@ class EventRecorder:
                 self.failed += 1
                 log.warning("event %s on %s/%s not written: %s", event.reason, event.pod["namespace"],
                             event.pod["name"], exc)
+            time.sleep(self._interval)
+
+
+WAKE_ANNOTATION = "gang-extender.io/wake"
+"""Annotation gang-extender bumps on a pending pod to make kube-scheduler retry it now."""
+
+
+class PodWaker:
+    """Makes kube-scheduler retry pending pods by touching an annotation, off the hot path.
+
+    Pods an extender rejects wait in the scheduler's unschedulable pool until a cluster event (or a
+    5-minute flush). When capacity frees up for reasons the scheduler cannot see (a gang's back-off
+    ended, a reservation was released) the extender updates the pods itself; an update of an
+    unscheduled pod moves it back to the active or back-off queue.
+    """
+
+    def __init__(self, patch: Callable[[str, str, dict[str, str]], None], *, per_second: float = 50.0,
+                 capacity: int = 10000, clock: Callable[[], float] = time.time) -> None:
+        self._patch = patch
+        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue(maxsize=capacity)
+        self._pending: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._interval = 1.0 / per_second
+        self._clock = clock
+        self.sent = 0
+        self.dropped = 0
+        self.failed = 0
+        self._thread = threading.Thread(target=self._drain, name="waker", daemon=True)
+        self._thread.start()
+
+    def wake(self, pods: Iterable[PodRecord]) -> None:
+        with self._lock:
+            for pod in pods:
+                key = (pod.namespace, pod.name)
+                if pod.bound or key in self._pending:
+                    continue
+                try:
+                    self._queue.put_nowait(key)
+                    self._pending.add(key)
+                except queue.Full:
+                    self.dropped += 1
+
+    def close(self, timeout: float = 2.0) -> None:
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(None)
+        self._thread.join(timeout)
+
+    def _drain(self) -> None:
+        while True:
+            key = self._queue.get()
+            if key is None:
+                return
+            with self._lock:
+                self._pending.discard(key)
+            try:
+                self._patch(key[0], key[1], {WAKE_ANNOTATION: f"{self._clock():.3f}"})
+                self.sent += 1
+            except Exception as exc:  # best effort: the pod may be gone; count, log, carry on
+                self.failed += 1
+                log.debug("wake of %s/%s failed: %s", key[0], key[1], exc)
             time.sleep(self._interval)
 
 

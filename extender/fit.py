@@ -129,8 +129,8 @@ def placement_failure(placement: Placement, node: NodeRecord) -> str | None:
     for key, value in placement.node_selector:
         if labels.get(key) != value:
             return "node does not match the pod's nodeSelector"
-    if placement.affinity_terms and not any(
-        all(_requirement_matches(req, node) for req in term) for term in placement.affinity_terms
+    if placement.affinity_terms and not any(  # an empty term matches no node (core/v1 NodeSelectorTerm)
+        term and all(_requirement_matches(req, node) for req in term) for term in placement.affinity_terms
     ):
         return "node does not match the pod's required node affinity"
     return None

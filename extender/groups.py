@@ -52,7 +52,7 @@ def _timeout(annotations: Mapping[str, Any], fallback: object = None) -> float |
         value = float(raw)
     except (TypeError, ValueError):
         raise GroupError(f"{ANNOTATION_TIMEOUT} must be a number of seconds, got {raw!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
+    if not 0 < value < float("inf"):
         raise GroupError(f"{ANNOTATION_TIMEOUT} must be a positive number of seconds, got {raw!r}")
     return value
 
@@ -108,8 +108,8 @@ def workload_groups(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]
     pod_groups = _dict(obj.get("spec")).get("podGroups") or []
     if not isinstance(pod_groups, list):
         raise GroupError(f"Workload {namespace}/{name}: spec.podGroups must be a list")
-    for index, pod_group in enumerate(pod_groups):
-        pod_group = _dict(pod_group)
+    for index, raw_group in enumerate(pod_groups):
+        pod_group = _dict(raw_group)
         group_name = pod_group.get("name")
         if not isinstance(group_name, str) or not group_name:
             raise GroupError(f"Workload {namespace}/{name}: spec.podGroups[{index}].name is missing")

@@ -9,6 +9,7 @@ cluster state or make scheduling decisions.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 from collections.abc import Iterator, Mapping
@@ -66,13 +67,13 @@ class KubeClient:
 
     # ------------------------------------------------------------------------------- raw access
     def _call(self, method: str, path: str, query: Mapping[str, Any] | None = None,
-              body: Any = None, timeout: float | tuple[float, float] = 30.0) -> Any:
+              body: Any = None, timeout: float | tuple[float, float] = 30.0,
+              content_type: str = "application/json") -> Any:
         """One request; returns the urllib3 response with its body unread."""
         url_path = path + ("?" + urlencode(query) if query else "")
         try:
             method_, url, headers, body_, post = self._api.param_serialize(
-                method, url_path, header_params={"Accept": "application/json",
-                                                 "Content-Type": "application/json"},
+                method, url_path, header_params={"Accept": "application/json", "Content-Type": content_type},
                 body=body, auth_settings=["BearerToken"])
             response = self._api.call_api(method_, url, headers, body_, post, _request_timeout=timeout)
         except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
@@ -82,17 +83,15 @@ class KubeClient:
             data = raw.read()
             raw.release_conn()
             message = response.reason
-            try:
+            with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
                 message = orjson.loads(data).get("message") or message
-            except (orjson.JSONDecodeError, AttributeError):
-                pass
             raise KubeError(f"{method} {path}: {response.status} {message}", response.status)
         return raw
 
     def request(self, method: str, path: str, query: Mapping[str, Any] | None = None,
-                body: Any = None, timeout: float = 30.0) -> Any:
+                body: Any = None, timeout: float = 30.0, content_type: str = "application/json") -> Any:
         """A request whose JSON reply is parsed and returned."""
-        raw = self._call(method, path, query, body, timeout)
+        raw = self._call(method, path, query, body, timeout, content_type)
         try:
             data = raw.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -162,6 +161,12 @@ class KubeClient:
                 return None
             raise
         return pod
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge ``annotations`` into a pod's metadata (a pod update: kube-scheduler requeues it)."""
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+        self.request("PATCH", path, body={"metadata": {"annotations": dict(annotations)}}, timeout=10.0,
+                     content_type="application/merge-patch+json")
 
     def create_event(self, pod: Mapping[str, str], event_type: str, reason: str, message: str) -> None:
         """A core/v1 Event on a pod (``kubectl describe pod`` and ``kubectl get events`` show it)."""

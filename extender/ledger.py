@@ -13,6 +13,7 @@ on are one consistent step.
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +51,13 @@ class GangState:
     last_message: str = ""
     never_fits: Verdict | None = None
     never_fits_checked: int = -1  # mirror.node_set_generation of that check
+    woken_after_backoff: bool = True
+    never_fits_members: tuple[str, ...] = ()  # uids of the members that check planned
+
+
+log = logging.getLogger(__name__)
+
+MAX_BLOCKED = 100_000
 
 
 class BindAction(enum.Enum):
@@ -70,7 +78,8 @@ class BindDecision:
 class GangLedger:
     def __init__(self, mirror: ClusterMirror, *, timeout_seconds: float, backoff_seconds: float,
                  max_backoff_seconds: float = 300.0, clock: Callable[[], float] = time.monotonic,
-                 on_event: Callable[[list[PodRecord], str, str, str], None] | None = None) -> None:
+                 on_event: Callable[[list[PodRecord], str, str, str], None] | None = None,
+                 on_wake: Callable[[list[PodRecord]], None] | None = None) -> None:
         self.mirror = mirror
         self.lock = mirror.lock
         self.timeout_seconds = timeout_seconds
@@ -78,7 +87,9 @@ class GangLedger:
         self.max_backoff_seconds = max_backoff_seconds
         self.clock = clock
         self.on_event = on_event or (lambda pods, kind, reason, message: None)
+        self.on_wake = on_wake or (lambda pods: None)
         self._gangs: dict[GangKey, GangState] = {}
+        self._blocked: dict[str, PodRecord] = {}  # pods rejected until capacity frees up
         self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0}
 
     # ------------------------------------------------------------------------------------ queries
@@ -98,13 +109,21 @@ class GangLedger:
         return policy.timeout_seconds or self.timeout_seconds
 
     def _placed(self, members: list[PodRecord], state: GangState | None) -> list[PodRecord]:
-        """Members bound or being bound, not counting those held at the barrier."""
-        holds = state.holds if state else {}
-        return [p for p in members if p.uid not in holds and self.mirror.placement(p.uid)]
+        """Members bound or being bound (a released quorum counts), not those waiting at the barrier."""
+        waiting = {uid for uid, hold in state.holds.items() if not hold.releasing} if state else set()
+        return [p for p in members if p.uid not in waiting and self.mirror.placement(p.uid)]
+
+    @staticmethod
+    def _waiting(state: GangState) -> list[Hold]:
+        return [h for h in state.holds.values() if not h.releasing]
 
     # ---------------------------------------------------------------------------------- admission
-    def admission(self, gang: GangKey, policy: GangPolicy) -> Verdict:
-        """Admit the gang if the rest of it fits; PASS for an admitted or complete gang."""
+    def admission(self, gang: GangKey, policy: GangPolicy, pod: PodRecord | None = None) -> Verdict:
+        """Admit the gang if the rest of it fits; PASS for an admitted or complete gang.
+
+        ``pod`` is the member being filtered: it is planned for even if the mirror has not seen it yet
+        (the quorum gate counts it too).
+        """
         with self.lock:
             now = self.clock()
             state = self._gangs.get(gang)
@@ -112,11 +131,13 @@ class GangLedger:
                 state = self._gangs[gang] = GangState(gang, policy)
             state.policy = policy
             members = self.mirror.members(gang)
+            if pod is not None and pod.gang == gang and not self.mirror.is_member(gang, pod.uid):
+                members.append(pod)
             placed = self._placed(members, state)
-            if len(placed) + len(state.holds) >= policy.min_count and state.admitted_at is None:
-                return PASS  # complete: later members and replacements need no reservation
             if state.admitted_at is not None:
                 return PASS
+            if len(placed) + len(self._waiting(state)) >= policy.min_count:
+                return PASS  # complete: later members and replacements need no reservation
             if now < state.backoff_until:
                 return Verdict(Code.WAIT_RESOLVABLE,
                                f"gang {gang} is backing off for {state.backoff_until - now:.0f}s after "
@@ -124,7 +145,7 @@ class GangLedger:
             verdict = self._never_fits(state, members)
             if verdict is not None:
                 return verdict
-            needed = policy.min_count - len(placed) - len(state.holds)
+            needed = policy.min_count - len(placed) - len(self._waiting(state))
             pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
             chosen = rules.pick_for_reservation(pending, needed)
             result = rules.plan(chosen, self.mirror.nodes.values(), self._free_for(gang))
@@ -138,16 +159,30 @@ class GangLedger:
             state.last_message = f"admitted: {needed} member(s) reserved on {len(result.per_node())} node(s)"
             self.mirror.set_reservation(gang, result.per_node())
             self.counters["admitted"] += 1
+            self.on_wake(pending)  # like the in-tree plugin activating siblings: schedule them now
+            log.info("gang %s admitted: %s", gang, state.last_message)
             self.on_event(chosen, "Normal", "GangAdmitted",
                           f"gang {gang} admitted: capacity reserved for {needed} more member(s)")
             return PASS
+
+    def note_blocked(self, pod: PodRecord) -> None:
+        """Remember a pod rejected for want of capacity, to wake it when capacity frees up."""
+        with self.lock:
+            if len(self._blocked) < MAX_BLOCKED:
+                self._blocked[pod.uid] = pod
+
+    def _capacity_freed(self) -> None:
+        if self._blocked:
+            self.on_wake(list(self._blocked.values()))
+            self._blocked.clear()
 
     def _free_for(self, gang: GangKey) -> Callable[[NodeRecord], Resources]:
         return lambda node: self.mirror.free(node.name, gang)
 
     def _never_fits(self, state: GangState, members: list[PodRecord]) -> Verdict | None:
         generation = self.mirror.node_set_generation
-        if state.never_fits_checked != generation:
+        uids = tuple(p.uid for p in members)
+        if state.never_fits_checked != generation or state.never_fits_members != uids:
             chosen = rules.pick_for_reservation(members, state.policy.min_count)
             result = rules.plan(chosen, self.mirror.nodes.values(), lambda node: node.allocatable)
             fresh = None if result.complete else rules.never_fits(
@@ -155,7 +190,7 @@ class GangLedger:
             if fresh is not None and state.never_fits is None:
                 self.counters["never_fits"] += 1
                 self.on_event(members, "Warning", "GangNeverFits", fresh.message)
-            state.never_fits, state.never_fits_checked = fresh, generation
+            state.never_fits, state.never_fits_checked, state.never_fits_members = fresh, generation, uids
         if state.never_fits is not None:
             state.last_message = state.never_fits.message
         return state.never_fits
@@ -191,12 +226,12 @@ class GangLedger:
             now = self.clock()
             hold = Hold(pod, node)
             state.holds[pod.uid] = hold
-            if not any(not h.releasing for h in state.holds.values() if h is not hold):
+            waiting = self._waiting(state)
+            if waiting == [hold]:
                 state.deadline = now + self.timeout_for(policy)  # the first hold starts the clock
             rules.consume_slot(state.slots, node, pod.requests)
             self.mirror.assume(pod.uid, node)
             self.mirror.set_reservation(pod.gang, rules.Plan(tuple(state.slots), ()).per_node())
-            waiting = [h for h in state.holds.values() if not h.releasing]
             if len(placed) + len(waiting) >= policy.min_count:
                 for held in waiting:
                     held.releasing = True
@@ -224,22 +259,26 @@ class GangLedger:
                 if state is not None:
                     state.holds.pop(hold.pod.uid, None)
                 hold.done.set()
-            if state is not None and not any(not h.releasing for h in state.holds.values()):
+            if state is not None and not state.holds:
                 self._reset(state)
                 state.timeouts = 0
                 state.completed += 1
                 state.last_message = "quorum reached: members bound"
                 self.counters["completed"] += 1
             bound = [h.pod for h, error in outcomes if not error]
+            log.info("gang %s released at quorum: %d bound, %d failed", gang, len(bound), len(outcomes) - len(bound))
             if bound:
                 self.on_event(bound, "Normal", "GangBound",
                               f"gang {gang}: {len(bound)} member(s) bound together at quorum")
 
     def _reset(self, state: GangState) -> None:
+        had_reservation = state.admitted_at is not None or bool(state.slots)
         state.admitted_at = None
         state.deadline = None
         state.slots = []
         self.mirror.set_reservation(state.gang, {})
+        if had_reservation:
+            self._capacity_freed()
 
     # ------------------------------------------------------------------------------------ expiry
     def expire_if_due(self, gang: GangKey) -> None:
@@ -248,7 +287,9 @@ class GangLedger:
             state = self._gangs.get(gang)
             if state is None or state.deadline is None or self.clock() < state.deadline:
                 return
-            waiting = [h for h in state.holds.values() if not h.releasing]
+            waiting = self._waiting(state)
+            if not waiting and state.holds:
+                return  # a released quorum is being bound; its outcome decides, not the clock
             message = (f"gang {gang} timed out after {self.timeout_for(state.policy):.0f}s with "
                        f"{len(waiting)} member(s) held of {state.policy.min_count} needed; "
                        "released its reservation and backing off")
@@ -261,8 +302,10 @@ class GangLedger:
             state.timeouts += 1
             backoff = min(self.backoff_seconds * 2 ** (state.timeouts - 1), self.max_backoff_seconds)
             state.backoff_until = self.clock() + backoff
+            state.woken_after_backoff = False
             state.last_message = message
             self.counters["timeouts"] += 1
+            log.warning("%s", message)
             self.on_event(self.mirror.members(gang), "Warning", "GangTimeout", message)
 
     def sweep(self) -> None:
@@ -272,6 +315,9 @@ class GangLedger:
             for gang, state in list(self._gangs.items()):
                 if state.deadline is not None and now >= state.deadline:
                     self.expire_if_due(gang)
+                if not state.woken_after_backoff and now >= state.backoff_until:
+                    state.woken_after_backoff = True
+                    self.on_wake([p for p in self.mirror.members(gang) if not self.mirror.placement(p.uid)])
                 if not state.holds and not self.mirror.member_count(gang):
                     self._reset(state)
                     del self._gangs[gang]

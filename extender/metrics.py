@@ -77,3 +77,9 @@ class _StateCollector:
         events.add_metric(["dropped"], rt.events.dropped)
         events.add_metric(["failed"], rt.events.failed)
         yield events
+        wakes = CounterMetricFamily("gang_extender_pod_wakes", "Pending pods nudged to be retried",
+                                    labels=["outcome"])
+        wakes.add_metric(["sent"], rt.waker.sent)
+        wakes.add_metric(["dropped"], rt.waker.dropped)
+        wakes.add_metric(["failed"], rt.waker.failed)
+        yield wakes

@@ -70,8 +70,45 @@ def _pod(body: Mapping[str, Any]) -> dict[str, Any]:
         raise ProtocolError("Pod.metadata.uid must be a string")
     spec = pod.get("spec")
     if spec is not None:
-        _require_object(spec, "Pod.spec")
+        _check_spec(_require_object(spec, "Pod.spec"))
     return pod
+
+
+def _check_list_of_objects(value: object, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ProtocolError(f"{where} must be an array, got {_type_name(value)}")
+    for index, item in enumerate(value):
+        _require_object(item, f"{where}[{index}]")
+    return value
+
+
+def _check_optional_object(value: object, where: str) -> dict[str, Any]:
+    return {} if value is None else _require_object(value, where)
+
+
+def _check_spec(spec: dict[str, Any]) -> None:
+    """The shapes of the Pod.spec fields the extender reads (values are checked where they are used)."""
+    for field in ("containers", "initContainers"):
+        for index, container in enumerate(_check_list_of_objects(spec.get(field), f"Pod.spec.{field}")):
+            resources = _check_optional_object(container.get("resources"), f"Pod.spec.{field}[{index}].resources")
+            for kind in ("requests", "limits"):
+                _check_optional_object(resources.get(kind), f"Pod.spec.{field}[{index}].resources.{kind}")
+    for field in ("volumes", "tolerations", "topologySpreadConstraints", "resourceClaims"):
+        _check_list_of_objects(spec.get(field), f"Pod.spec.{field}")
+    for field in ("nodeSelector", "overhead"):
+        for key, value in _check_optional_object(spec.get(field), f"Pod.spec.{field}").items():
+            if field == "nodeSelector" and not isinstance(value, str):
+                raise ProtocolError(f"Pod.spec.nodeSelector[{key!r}] must be a string, got {_type_name(value)}")
+    affinity = _check_optional_object(spec.get("affinity"), "Pod.spec.affinity")
+    node_affinity = _check_optional_object(affinity.get("nodeAffinity"), "Pod.spec.affinity.nodeAffinity")
+    where = "Pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = _check_optional_object(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), where)
+    for index, term in enumerate(_check_list_of_objects(required.get("nodeSelectorTerms"),
+                                                        f"{where}.nodeSelectorTerms")):
+        for part in ("matchExpressions", "matchFields"):
+            _check_list_of_objects(term.get(part), f"{where}.nodeSelectorTerms[{index}].{part}")
 
 
 def parse_filter_args(body: object) -> FilterArgs:

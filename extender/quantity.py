@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 
 Resources = dict[str, int]
 """Resource name -> amount (millicores for cpu, base units rounded up otherwise)."""
@@ -26,6 +26,7 @@ _SUFFIX = {
     "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
     "Pi": Decimal(2**50), "Ei": Decimal(2**60),
 }
+_MAX_MAGNITUDE = Decimal("1e30")  # far beyond int64 (~9.2e18), where kube-scheduler stops
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[a-zA-Z]{0,2})$")
 
 
@@ -51,11 +52,15 @@ def parse_quantity(text: object) -> Decimal:
     number, suffix = match.groups()
     try:
         value = Decimal(number)
-        if suffix[:1] in ("e", "E"):
-            return value * (Decimal(10) ** int(suffix[1:]))
-        return value * _SUFFIX[suffix]
-    except (InvalidOperation, KeyError, ValueError):
+        if suffix not in _SUFFIX and suffix[:1] in ("e", "E"):  # "1E"/"1Ei" are exa/exbi, "1E3" is 1000
+            value *= Decimal(10) ** int(suffix[1:])
+        else:
+            value *= _SUFFIX[suffix]
+    except (DecimalException, KeyError, ValueError):  # DecimalException: InvalidOperation, Overflow
         raise QuantityError(f"invalid quantity {text!r}") from None
+    if abs(value) >= _MAX_MAGNITUDE:  # "1e999999" would take seconds to turn into an int
+        raise QuantityError(f"invalid quantity {text!r}: out of range")
+    return value
 
 
 def to_units(name: str, text: object) -> int:

@@ -99,4 +99,5 @@ def readyz() -> Response:
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    return Response(generate_latest(_ext().metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+    # content_type, not mimetype: Werkzeug would append a second charset, which Prometheus 3 cannot parse
+    return Response(generate_latest(_ext().metrics.registry), content_type=CONTENT_TYPE_LATEST)

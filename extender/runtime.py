@@ -17,8 +17,8 @@ from extender import snapshot
 from extender.cache import FilterCache
 from extender.cluster import ClusterMirror
 from extender.config import Settings
-from extender.engine import BindError, Binder, Engine
-from extender.events import EventRecorder, log_sink
+from extender.engine import Binder, BindError, Engine
+from extender.events import EventRecorder, PodWaker, log_sink
 from extender.groups import COSCHEDULING_API, WORKLOAD_API
 from extender.kube import KubeClient, KubeError
 from extender.ledger import GangLedger
@@ -26,6 +26,8 @@ from extender.model import GroupKind, PodRecord
 from extender.watching import Reflector, watch_or_gone
 
 log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_SECONDS = 1.0
 
 GROUP_APIS = {GroupKind.WORKLOAD: WORKLOAD_API, GroupKind.COSCHEDULING: COSCHEDULING_API}
 
@@ -57,6 +59,7 @@ class Runtime:
     ledger: GangLedger
     engine: Engine
     events: EventRecorder
+    waker: PodWaker
     mode: str
     reflectors: list[Reflector] = field(default_factory=list)
     stop_event: threading.Event = field(default_factory=threading.Event)
@@ -66,6 +69,15 @@ class Runtime:
     def start(self) -> None:
         if self._starter is not None:
             threading.Thread(target=self._starter, name="discovery", daemon=True).start()
+        threading.Thread(target=self._tick, name="gang-sweep", daemon=True).start()
+
+    def _tick(self) -> None:
+        """Expire overdue gangs and end back-offs even when no request arrives."""
+        while not self.stop_event.wait(SWEEP_INTERVAL_SECONDS):
+            try:
+                self.ledger.sweep()
+            except Exception:  # the sweeper must survive anything; the next tick retries
+                log.exception("gang sweep failed")
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready when every watch has listed at least once and is healthy (always, in snapshot mode)."""
@@ -83,38 +95,43 @@ class Runtime:
         self.stop_event.set()
         self.engine.close()
         self.events.close()
+        self.waker.close()
 
 
 def _core(settings: Settings, binder_for: Callable[[ClusterMirror], Binder],
-          sink: Callable[[dict[str, str], str, str, str], None]) -> tuple[
-              ClusterMirror, FilterCache, GangLedger, Engine, EventRecorder]:
+          sink: Callable[[dict[str, str], str, str, str], None],
+          patch: Callable[[str, str, dict[str, str]], None]) -> tuple[
+              ClusterMirror, FilterCache, GangLedger, Engine, EventRecorder, PodWaker]:
     mirror = ClusterMirror()
     cache = FilterCache(settings.cache_size, settings.cache_ttl_seconds)
     events = EventRecorder(sink)
+    waker = PodWaker(patch)
 
     def on_event(pods: list[PodRecord], event_type: str, reason: str, message: str) -> None:
         events.record(pods, event_type, reason, message)
 
     ledger = GangLedger(mirror, timeout_seconds=settings.gang_timeout_seconds,
-                        backoff_seconds=settings.gang_backoff_seconds, on_event=on_event)
+                        backoff_seconds=settings.gang_backoff_seconds, on_event=on_event, on_wake=waker.wake)
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism)
-    return mirror, cache, ledger, engine, events
+    return mirror, cache, ledger, engine, events, waker
 
 
 def from_snapshot(settings: Settings) -> Runtime:
     assert settings.cluster_snapshot is not None
     objects = snapshot.read_objects(settings.cluster_snapshot)
-    mirror, cache, ledger, engine, events = _core(settings, snapshot.SnapshotBinder, log_sink)
+    mirror, cache, ledger, engine, events, waker = _core(settings, snapshot.SnapshotBinder, log_sink,
+                                                         lambda namespace, name, annotations: None)
     counts = snapshot.load_into(mirror, objects)
     log.info("loaded snapshot %s: %s", settings.cluster_snapshot,
              ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-    return Runtime(settings, mirror, cache, ledger, engine, events, "snapshot")
+    return Runtime(settings, mirror, cache, ledger, engine, events, waker, "snapshot")
 
 
 def from_api(settings: Settings) -> Runtime:
     kube = KubeClient(settings.kubeconfig)
-    mirror, cache, ledger, engine, events = _core(settings, lambda _m: KubeBinder(kube), kube.create_event)
-    runtime = Runtime(settings, mirror, cache, ledger, engine, events, "api")
+    mirror, cache, ledger, engine, events, waker = _core(settings, lambda _m: KubeBinder(kube), kube.create_event,
+                                                         kube.annotate_pod)
+    runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, "api")
 
     def reflector(name: str, path: str, replace: Callable[[list[dict[str, Any]]], None],
                   apply: Callable[[str, dict[str, Any]], None]) -> Reflector:
@@ -141,6 +158,9 @@ def from_api(settings: Settings) -> Runtime:
             mirror.delete_pod(str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"))
         else:
             mirror.upsert_pod(obj)
+
+    def group_replace(group_kind: GroupKind) -> Callable[[list[dict[str, Any]]], None]:
+        return lambda items: mirror.replace_groups(group_kind, items)
 
     def group_apply(group_kind: GroupKind) -> Callable[[str, dict[str, Any]], None]:
         def apply(kind: str, obj: dict[str, Any]) -> None:
@@ -171,7 +191,7 @@ def from_api(settings: Settings) -> Runtime:
         for kind, (group, version, resource) in served.items():
             runtime.reflectors.append(reflector(
                 f"{resource}.{group}", f"/apis/{group}/{version}/{resource}",
-                lambda items, k=kind: mirror.replace_groups(k, items), group_apply(kind)))
+                group_replace(kind), group_apply(kind)))
         for r in runtime.reflectors:
             r.start()
 

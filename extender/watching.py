@@ -18,7 +18,7 @@ ListFn = Callable[[], tuple[list[dict[str, Any]], str]]
 WatchFn = Callable[[str], Iterator[tuple[str, dict[str, Any]]]]
 
 
-class _Gone(Exception):
+class GoneError(Exception):
     """The resourceVersion we watch from is too old: relist."""
 
 
@@ -51,7 +51,7 @@ class Reflector:
             try:
                 self._list_and_watch()
                 backoff = self._initial_backoff
-            except _Gone:
+            except GoneError:
                 log.info("watch %s: resourceVersion expired, relisting", self.name)
             except Exception as exc:  # any failure: the loop must survive, report, and retry
                 self.errors += 1
@@ -74,7 +74,7 @@ class Reflector:
                     return
                 if kind == "ERROR":
                     if obj.get("code") == 410:
-                        raise _Gone
+                        raise GoneError
                     raise RuntimeError(f"watch error: {obj.get('message') or obj}")
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                 if kind != "BOOKMARK":
@@ -93,6 +93,6 @@ def watch_or_gone(watch_fn: WatchFn) -> WatchFn:
             yield from watch_fn(version)
         except Exception as exc:
             if Reflector.is_gone(exc):
-                raise _Gone from None
+                raise GoneError from None
             raise
     return watch

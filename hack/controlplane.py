@@ -27,17 +27,21 @@ bootstrap RBAC a real cluster gives them.
 
 Cleanup guarantees and their limits:
 
-* :meth:`ControlPlane.stop` (also run by ``with``, by ``atexit`` and, when this module installed the
-  handler, on SIGTERM/SIGHUP) sends SIGTERM to each component's process group, then SIGKILL after a
-  grace period, and removes the work directory unless ``keep=True``.
+* :meth:`ControlPlane.stop` (run by ``with``, by ``atexit``, and on SIGTERM/SIGHUP when this module
+  installed the handler, which then re-raises the signal so the process still dies of it) sends SIGTERM
+  to each component's process group, SIGKILL after a grace period, and removes the work directory
+  unless ``keep=True``. Stop order is scheduler, controller manager, API server, etcd.
 * If the owning Python process dies without running any of that (SIGKILL, OOM kill, ``os._exit``), a
-  small watchdog process notices that its stdin pipe from the owner hit EOF and kills the same process
-  groups (and removes the work directory unless ``keep=True``). The watchdog is in its own session, so a
-  Ctrl-C in the terminal does not reach it.
+  small watchdog process sees EOF on its stdin pipe from the owner, SIGKILLs the same process groups
+  and removes the work directory unless ``keep=True`` (measured: < 0.5s). The watchdog is in its own
+  session, so a Ctrl-C in the terminal does not reach it.
 * Not covered: SIGKILL of the watchdog itself together with the owner (e.g. ``kill -9`` of both pids),
-  and children the owner ``os.fork()``-ed without exec (they keep the watchdog's pipe open, so the
-  watchdog waits for them too). Signal handlers are only installed from the main thread, and only over
-  the default disposition (an existing handler, e.g. pytest's, is left alone).
+  and children the owner ``os.fork()``-ed without exec (they inherit the pipe, so the watchdog waits for
+  them too). Processes the *caller* starts (e.g. an extender) are the caller's job. Signal handlers are
+  only installed from the main thread and only over the default disposition (an existing handler, e.g.
+  the CLI's own, is left alone).
+* Ports are picked by binding port 0 and releasing it; another process could grab one in between
+  (start then fails with the component's "address already in use" log tail).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -125,29 +130,38 @@ class KubectlError(subprocess.CalledProcessError):
 def find_bin_dir(env: Mapping[str, str] | None = None) -> Path:
     """Run ``hack/build-k8s.sh`` (which builds only if needed) and return the directory it prints last.
 
-    ``KUBEBUILDER_ASSETS`` in the environment is honoured by the script. Build progress goes to our
-    stderr. Raises :class:`BinariesUnavailableError` when the binaries are missing and ``go`` is not
-    installed, :class:`ControlPlaneError` on any other failure.
+    ``KUBEBUILDER_ASSETS`` in the environment is honoured by the script. Build progress is copied to
+    our stderr as it comes. Raises :class:`BinariesUnavailableError` when the binaries are missing and
+    ``go`` is not installed, :class:`ControlPlaneError` (with the script's last stderr lines) on any
+    other failure.
     """
-    proc = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=dict(os.environ if env is None else env),
-        check=False,
-    )
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(
+            ["bash", str(BUILD_SCRIPT)],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=dict(os.environ if env is None else env),
+        )
+        assert proc.stderr is not None
+        errors: deque[str] = deque(maxlen=20)
+        with proc:
+            for line in proc.stderr:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                errors.append(line.rstrip("\n"))
+        out.seek(0)
+        lines = [line.strip() for line in out.read().splitlines() if line.strip()]
     if proc.returncode == BUILD_EXIT_NO_GO:
         raise BinariesUnavailableError(
             f"{BUILD_SCRIPT} exited {proc.returncode}: Kubernetes binaries are not built and `go` is "
-            "not installed (install Go or point KUBEBUILDER_ASSETS at a directory with "
-            + ", ".join(BINARIES)
-            + ")"
+            "not installed (install Go or point KUBEBUILDER_ASSETS at a directory with " + ", ".join(BINARIES) + ")"
         )
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
     if proc.returncode != 0 or not lines:
-        raise ControlPlaneError(f"{BUILD_SCRIPT} failed with exit code {proc.returncode}")
-    bin_dir = Path(lines[-1].strip())
+        detail = "\n".join(errors) or "<no stderr>"
+        raise ControlPlaneError(f"{BUILD_SCRIPT} failed with exit code {proc.returncode}:\n{detail}")
+    bin_dir = Path(lines[-1])
     check_bin_dir(bin_dir)
     return bin_dir
 
@@ -344,9 +358,7 @@ class ApiClient:
     def _conn(self) -> http.client.HTTPSConnection:
         conn: http.client.HTTPSConnection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = http.client.HTTPSConnection(
-                "127.0.0.1", self.port, context=self.context, timeout=self.timeout
-            )
+            conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.context, timeout=self.timeout)
             self._local.conn = conn
             with self._lock:
                 self._conns.append(conn)
@@ -372,9 +384,7 @@ class ApiClient:
                     raise
         raise AssertionError("unreachable")
 
-    def request(
-        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
-    ) -> Any:
+    def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         status, data = self.request_raw(method, path, body, content_type=content_type)
         if status >= 400:
             raise ApiError(method, path, status, data.decode("utf-8", "replace"))
@@ -407,6 +417,13 @@ signal.signal(signal.SIGTERM, on_signal)
 signal.signal(signal.SIGHUP, on_signal)
 groups, rmdir = set(), None
 def alive(g):
+    # A killed leader stays a zombie until whoever inherited it reaps it: count zombies as gone.
+    if os.path.isdir("/proc/self"):
+        try:
+            with open(f"/proc/{g}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except OSError:
+            return False
     try:
         os.killpg(g, 0)
         return True
@@ -426,20 +443,16 @@ try:
 except Stop:
     pass
 finally:
-    # EOF: our owner has exited (or closed the pipe after its own clean shutdown).
-    for g in groups:
-        try:
-            os.killpg(g, signal.SIGTERM)
-        except OSError:
-            pass
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(alive(g) for g in groups):
-        time.sleep(0.1)
+    # EOF: our owner has exited (or closed the pipe after its own clean shutdown). The cluster is
+    # throw-away, so no grace period: SIGKILL, wait for the groups to vanish, remove the files.
     for g in groups:
         try:
             os.killpg(g, signal.SIGKILL)
         except OSError:
             pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(alive(g) for g in groups):
+        time.sleep(0.05)
     if rmdir:
         shutil.rmtree(rmdir, ignore_errors=True)
 """
@@ -509,11 +522,14 @@ def _stop_all_live() -> None:
 
 
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    """Tear the planes down, then die of the same signal (so the exit status is still "killed by")."""
+    _stop_all_live()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _install_exit_hooks() -> None:
-    """atexit always; SIGTERM/SIGHUP -> SystemExit only from the main thread, over the default handler."""
+    """atexit always; SIGTERM/SIGHUP handlers only from the main thread and over the default disposition."""
     global _HOOKS_INSTALLED  # noqa: PLW0603
     if _HOOKS_INSTALLED:
         return
@@ -539,6 +555,12 @@ class ControlPlane:
     :data:`DEFAULT_FEATURE_GATES` and passed to the API server, controller manager and scheduler.
     """
 
+    # Set by start() (certificates and the components' own kubeconfigs).
+    serving: CertPair
+    _admin_pair: CertPair
+    _kcm_kubeconfig: Path
+    _scheduler_kubeconfig: Path
+
     def __init__(
         self,
         bin_dir: str | os.PathLike[str],
@@ -561,9 +583,7 @@ class ControlPlane:
         self.keep = keep
         self.start_timeout = start_timeout
 
-        (self.etcd_port, self.etcd_peer_port, self.apiserver_port, self.kcm_port, self.scheduler_port) = (
-            free_ports(5)
-        )
+        (self.etcd_port, self.etcd_peer_port, self.apiserver_port, self.kcm_port, self.scheduler_port) = free_ports(5)
         self.server = f"https://127.0.0.1:{self.apiserver_port}"
         self.kubeconfig = str(self.workdir / "admin.kubeconfig")
         self.pki: Pki | None = None
@@ -617,9 +637,7 @@ class ControlPlane:
             self._watchdog.send("keepdir")
             self.stop()
             raise
-        self.log(
-            f"[controlplane] up in {time.monotonic() - t0:.1f}s: {self.server}, kubeconfig {self.kubeconfig}"
-        )
+        self.log(f"[controlplane] up in {time.monotonic() - t0:.1f}s: {self.server}, kubeconfig {self.kubeconfig}")
 
     def _write_pki(self) -> None:
         t0 = time.monotonic()
@@ -647,9 +665,7 @@ class ControlPlane:
             self.workdir / "scheduler.kubeconfig", self.server, ca, user="system:kube-scheduler", client=sched
         )
         self._admin_pair = admin
-        self.log(
-            f"[controlplane] certificates and kubeconfigs in {self.workdir} ({time.monotonic() - t0:.1f}s)"
-        )
+        self.log(f"[controlplane] certificates and kubeconfigs in {self.workdir} ({time.monotonic() - t0:.1f}s)")
 
     def _ssl_context(self, client: CertPair | None) -> ssl.SSLContext:
         assert self.pki is not None
@@ -665,9 +681,7 @@ class ControlPlane:
             self._api = ApiClient(self.apiserver_port, self._ssl_context(self._admin_pair))
         return self._api
 
-    def request(
-        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
-    ) -> Any:
+    def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         """Raw API call as admin, e.g. ``cp.request("GET", "/api/v1/nodes")``; raises :class:`ApiError`."""
         return self.api.request(method, path, body, content_type=content_type)
 
@@ -692,14 +706,15 @@ class ControlPlane:
         self._components[name] = comp
         return comp
 
-    def _terminate(self, name: str, grace: float = 10.0) -> None:
+    def _terminate(self, name: str, grace: float = 10.0, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Send ``sig`` to the component's process group; SIGKILL it if still alive after ``grace``."""
         comp = self._components.pop(name, None)
         if comp is None or comp.proc is None:
             return
         proc = comp.proc
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, sig)
             try:
                 proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
@@ -709,8 +724,23 @@ class ControlPlane:
         if self._watchdog is not None:
             self._watchdog.send(f"del {proc.pid}")
 
+    def _claim(self, name: str) -> None:
+        """Make room to (re)start ``name``: reap it if it died, refuse if it still runs."""
+        comp = self._components.get(name)
+        if comp is not None:
+            if comp.running:
+                raise ControlPlaneError(f"{name} is already running")
+            self._terminate(name)
+
     def _wait_ready(self, comp: Component, check: Callable[[], bool], timeout: float | None = None) -> None:
-        timeout = self.start_timeout if timeout is None else timeout
+        """Poll ``check`` until true; if the process exits or time runs out, stop it and raise."""
+        try:
+            self._poll_ready(comp, check, self.start_timeout if timeout is None else timeout)
+        except BaseException:
+            self._terminate(comp.name, grace=2.0)
+            raise
+
+    def _poll_ready(self, comp: Component, check: Callable[[], bool], timeout: float) -> None:
         t0 = time.monotonic()
         deadline = t0 + timeout
         last_error = ""
@@ -765,8 +795,7 @@ class ControlPlane:
 
     def start_apiserver(self) -> None:
         """Start kube-apiserver (again) on the same port and wait for ``/readyz``."""
-        if "kube-apiserver" in self._components:
-            raise ControlPlaneError("kube-apiserver is already running")
+        self._claim("kube-apiserver")
         assert self.pki is not None
         pki = self.pki
         comp = self._spawn("kube-apiserver", [
@@ -794,6 +823,9 @@ class ControlPlane:
             "--disable-admission-plugins=TaintNodesByCondition",
             f"--feature-gates={_gates_flag(self.feature_gates)}",
             "--allow-privileged=true",
+            # The "kubernetes" Service's endpoint would be 127.0.0.1, which Endpoints validation
+            # rejects (loopback) every 10s; nothing runs in-cluster here, so don't maintain it.
+            "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
         ])  # fmt: skip
@@ -810,16 +842,24 @@ class ControlPlane:
 
         self._wait_ready(comp, ready)
 
-    def stop_apiserver(self) -> None:
-        """Stop kube-apiserver (SIGTERM, then SIGKILL); etcd and the other components keep running."""
-        self._terminate("kube-apiserver")
+    def stop_apiserver(self, *, graceful: bool = False) -> None:
+        """Stop kube-apiserver; etcd and the other components keep running.
+
+        Default: SIGKILL, i.e. a crash, which is also the only fast way: on SIGTERM kube-apiserver
+        waits up to 60s for clients' open watch connections (controller manager, scheduler, an
+        extender) before it exits. ``graceful=True`` sends SIGTERM and waits up to 70s.
+        """
+        if graceful:
+            self._terminate("kube-apiserver", grace=70.0)
+        else:
+            self._terminate("kube-apiserver", grace=0.0, sig=signal.SIGKILL)
         if self._api is not None:
             self._api.close()
 
-    def restart_apiserver(self) -> None:
-        """Stop and start kube-apiserver on the same port (clients see connection errors meanwhile)."""
-        self.log("[controlplane] restarting kube-apiserver")
-        self.stop_apiserver()
+    def restart_apiserver(self, *, graceful: bool = False) -> None:
+        """Stop (see :meth:`stop_apiserver`) and start kube-apiserver again on the same port."""
+        self.log(f"[controlplane] restarting kube-apiserver ({'SIGTERM' if graceful else 'SIGKILL'})")
+        self.stop_apiserver(graceful=graceful)
         self.start_apiserver()
 
     def _start_controller_manager(self) -> None:
@@ -858,22 +898,19 @@ class ControlPlane:
 
         self._wait_ready(comp, default_sa_exists)
 
-    def start_scheduler(
-        self, config: Mapping[str, Any] | None = None, *, timeout: float | None = None
-    ) -> None:
+    def start_scheduler(self, config: Mapping[str, Any] | None = None, *, timeout: float | None = None) -> None:
         """Start kube-scheduler with ``config`` (a KubeSchedulerConfiguration as a dict).
 
         Filled in unless already present: ``clientConnection.kubeconfig`` (always overwritten: the
         scheduler's own identity ``system:kube-scheduler``), ``clientConnection.qps/burst`` (500/1000)
         and ``leaderElection.leaderElect`` (false). Waits for the scheduler's ``/readyz``.
         """
-        if "kube-scheduler" in self._components:
-            raise ControlPlaneError("kube-scheduler is already running; stop_scheduler() first")
+        self._claim("kube-scheduler")
         cfg: dict[str, Any] = copy.deepcopy(dict(config if config is not None else DEFAULT_SCHEDULER_CONFIG))
-        conn = cfg.setdefault("clientConnection", {})
-        conn["kubeconfig"] = str(self._scheduler_kubeconfig)
-        conn.setdefault("qps", 500)
-        conn.setdefault("burst", 1000)
+        client_connection = cfg.setdefault("clientConnection", {})
+        client_connection["kubeconfig"] = str(self._scheduler_kubeconfig)
+        client_connection.setdefault("qps", 500)
+        client_connection.setdefault("burst", 1000)
         cfg.setdefault("leaderElection", {}).setdefault("leaderElect", False)
         self._scheduler_runs += 1
         cfg_path = self.workdir / f"scheduler-config-{self._scheduler_runs}.yaml"
@@ -922,8 +959,9 @@ class ControlPlane:
         if self._stopped:
             return
         self._stopped = True
+        # Clients first, so that kube-apiserver has no open watches and exits at once on SIGTERM.
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
-            self._terminate(name)
+            self._terminate(name, grace=5.0)
         for name in list(self._components):
             self._terminate(name)
         if self._api is not None:
@@ -934,6 +972,8 @@ class ControlPlane:
             _LIVE.discard(self)
         if self._own_workdir and not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
+            if self._started:
+                self.log("[controlplane] stopped")
         elif self._started:
             self.log(f"[controlplane] stopped; files kept in {self.workdir}")
 
@@ -968,16 +1008,12 @@ class ControlPlane:
     def service_account_kubeconfig(self, namespace: str, name: str, *, duration: str = "24h") -> str:
         """A kubeconfig with a TokenRequest token for ServiceAccount ``namespace/name`` (must exist)."""
         assert self.pki is not None
-        token = self.kubectl(
-            "create", "token", name, "-n", namespace, f"--duration={duration}"
-        ).stdout.strip()
+        token = self.kubectl("create", "token", name, "-n", namespace, f"--duration={duration}").stdout.strip()
         path = self.workdir / f"sa-{namespace}-{name}.kubeconfig"
         user = f"system:serviceaccount:{namespace}:{name}"
-        return str(
-            write_kubeconfig(path, self.server, self.pki.ca.cert, user=user, token=token, namespace=namespace)
-        )
+        return str(write_kubeconfig(path, self.server, self.pki.ca.cert, user=user, token=token, namespace=namespace))
 
-    def add_nodes(  # noqa: PLR0917 (the positional order is the documented API)
+    def add_nodes(
         self,
         count: int,
         cpu: str = "4",
@@ -989,7 +1025,7 @@ class ControlPlane:
         resources: Mapping[str, str] | None = None,
         taints: Sequence[Mapping[str, str]] | None = None,
         start: int | None = None,
-        workers: int = 16,
+        workers: int = 32,
     ) -> list[str]:
         """Create ``count`` Ready nodes named ``<prefix><i>`` and return their names.
 
@@ -1055,6 +1091,43 @@ class ControlPlane:
             if not (missing_ok and exc.status == 404):
                 raise
 
+    def create_namespace(self, name: str, labels: Mapping[str, str] | None = None, *, timeout: float = 30.0) -> None:
+        """Create a namespace and wait for its ``default`` ServiceAccount (pods are rejected before it)."""
+        self.request(
+            "POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": dict(labels or {})}}
+        )  # fmt: skip
+
+        def has_sa() -> bool:
+            status, _ = self.api.request_raw("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            return status == 200
+
+        wait_for(has_sa, timeout=timeout, what=f"ServiceAccount {name}/default")
+
+    def metrics(self, component: str = "kube-apiserver") -> str:
+        """The Prometheus text of ``/metrics`` of a running component, fetched as admin.
+
+        E.g. ``kubernetes_feature_enabled{name="GangScheduling",stage="ALPHA"} 0`` shows a gate's state.
+        """
+        ports = {
+            "kube-apiserver": self.apiserver_port,
+            "kube-controller-manager": self.kcm_port,
+            "kube-scheduler": self.scheduler_port,
+        }
+        if component not in ports:
+            raise ValueError(f"no metrics endpoint for {component!r}; one of {sorted(ports)}")
+        conn = http.client.HTTPSConnection(
+            "127.0.0.1", ports[component], context=self._ssl_context(self._admin_pair), timeout=30
+        )
+        try:
+            conn.request("GET", "/metrics")
+            resp = conn.getresponse()
+            body = resp.read().decode("utf-8", "replace")
+        finally:
+            conn.close()
+        if resp.status != 200:
+            raise ApiError("GET", f"{component}/metrics", resp.status, body)
+        return body
+
 
 # --------------------------------------------------------------------------------------------------
 # CLI
@@ -1071,9 +1144,7 @@ def _parse_gate(text: str) -> tuple[str, bool]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser(
-        "up", help="start etcd + kube-apiserver + kube-controller-manager until Ctrl-C/SIGTERM"
-    )
+    up = sub.add_parser("up", help="start etcd + kube-apiserver + kube-controller-manager until Ctrl-C/SIGTERM")
     up.add_argument("--bin-dir", help="directory with the binaries (default: ask hack/build-k8s.sh)")
     up.add_argument("--workdir", help="directory for certificates, data and logs (default: a temp dir)")
     up.add_argument("--keep", action="store_true", help="keep the work directory after shutdown")
@@ -1092,9 +1163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     bin_dir = Path(args.bin_dir) if args.bin_dir else find_bin_dir()
-    with ControlPlane(
-        bin_dir, args.workdir, feature_gates=dict(args.feature_gate), log=err, keep=args.keep
-    ) as plane:
+    with ControlPlane(bin_dir, args.workdir, feature_gates=dict(args.feature_gate), log=err, keep=args.keep) as plane:
         if args.nodes:
             plane.add_nodes(args.nodes)
         print(plane.kubeconfig, flush=True)

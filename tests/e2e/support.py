@@ -1,0 +1,222 @@
+"""End-to-end helpers: run gang-extender as a real process, build objects, watch bindings.
+
+Used by the e2e tests and by hack/demo.py. The extender is started exactly as users start it
+(``gang-extender serve``) and kube-scheduler reaches it over HTTP on loopback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from controlplane import ControlPlane, free_ports, tail, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+PAUSE = "registry.k8s.io/pause:3.10"
+GANG_EXTENDER = str(Path(sys.executable).with_name("gang-extender"))
+
+
+def scheduler_config(url: str, *, http_timeout: str = "30s") -> dict[str, Any]:
+    """The shipped KubeSchedulerConfiguration (manifests/) with its extender URL pointed at ``url``."""
+    import yaml
+
+    config: dict[str, Any] = yaml.safe_load((ROOT / "manifests" / "scheduler-config.yaml").read_text())
+    for extender in config["extenders"]:
+        extender["urlPrefix"] = url
+        extender["httpTimeout"] = http_timeout
+    config.pop("clientConnection", None)
+    config.pop("leaderElection", None)
+    return config
+
+
+class Extender:
+    """``gang-extender serve`` as a child process, restartable, killable."""
+
+    def __init__(self, kubeconfig: str, workdir: Path, *, args: Iterable[str] = (), log: Callable[[str], None]) -> None:
+        self.kubeconfig = kubeconfig
+        self.port = free_ports(1)[0]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "gang-extender.log"
+        self.args = list(args)
+        self._log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.starts += 1
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [GANG_EXTENDER, "serve", "--kubeconfig", self.kubeconfig, "--port", str(self.port), *self.args],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        started = time.monotonic()
+        try:
+            wait_for(self.ready, timeout=timeout, interval=0.1, what="gang-extender /readyz")
+        except Exception as exc:
+            raise RuntimeError(f"gang-extender did not become ready: {exc}\n{tail(self.log_path)}") from None
+        self._log(f"[e2e] gang-extender ready on {self.url} in {time.monotonic() - started:.1f}s")
+
+    def ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"gang-extender exited with {self.proc.returncode}\n{tail(self.log_path)}")
+        try:
+            with urllib.request.urlopen(self.url + "/readyz", timeout=2) as reply:
+                return bool(reply.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def metrics(self) -> dict[str, float]:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        values: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                values[name] = float(value)
+        return values
+
+    def kill(self) -> None:
+        """kill -9, as a crash would."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self.proc = None
+
+
+# ------------------------------------------------------------------------------------- objects
+def workload(namespace: str, name: str, groups: Mapping[str, int | None], annotations: Mapping[str, str] | None = None
+             ) -> dict[str, Any]:
+    pod_groups = [{"name": g, "policy": {"gang": {"minCount": n}} if n else {"basic": {}}} for g, n in groups.items()]
+    return {"apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload",
+            "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
+            "spec": {"podGroups": pod_groups}}
+
+
+def pod_spec(*, cpu: str, selector: Mapping[str, str], workload_ref: Mapping[str, str] | None = None,
+             anti_affinity_label: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "nodeSelector": dict(selector),
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "main", "image": PAUSE,
+                        "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}],
+    }
+    if workload_ref:
+        spec["workloadRef"] = dict(workload_ref)
+    if anti_affinity_label:
+        spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {"anti": anti_affinity_label}},
+            "topologyKey": "kubernetes.io/hostname"}]}}
+    return spec
+
+
+def pod(namespace: str, name: str, spec: Mapping[str, Any], labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {}),
+                         "annotations": dict(annotations or {})},
+            "spec": dict(spec)}
+
+
+def create(cp: ControlPlane, *objects: Mapping[str, Any]) -> None:
+    cp.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+
+
+def pods(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cp.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+    return items
+
+
+def bound(cp: ControlPlane, namespace: str, prefix: str = "") -> dict[str, str]:
+    """pod name -> node, for the bound pods whose name starts with ``prefix``."""
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods(cp, namespace)
+            if p["metadata"]["name"].startswith(prefix) and p["spec"].get("nodeName")}
+
+
+def events(cp: ControlPlane, namespace: str, reason: str) -> list[dict[str, Any]]:
+    items = cp.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    return [e for e in items if e.get("reason") == reason]
+
+
+class Sampler:
+    """Polls a namespace's bindings every ``interval`` seconds and remembers every sample.
+
+    ``partial(prefix, min_count)`` lists samples where a gang was bound but short of quorum for
+    longer than ``grace`` (the binds of one released quorum land within milliseconds of each other).
+    """
+
+    def __init__(self, cp: ControlPlane, namespace: str, interval: float = 0.1) -> None:
+        self.cp, self.namespace, self.interval = cp, namespace, interval
+        self.samples: list[tuple[float, dict[str, str]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            # a transient API error (e.g. an apiserver restart) is just a missed sample
+            with contextlib.suppress(Exception):
+                self.samples.append((time.monotonic(), bound(self.cp, self.namespace)))
+            self._stop.wait(self.interval)
+
+    def max_bound(self, prefix: str) -> int:
+        return max((sum(1 for n in s if n.startswith(prefix)) for _, s in self.samples), default=0)
+
+    def partial(self, prefix: str, min_count: int, grace: float = 2.0) -> list[tuple[float, int]]:
+        """(time, bound count) of samples in a run of partial binding lasting longer than ``grace``."""
+        bad: list[tuple[float, int]] = []
+        run_start: float | None = None
+        for at, sample in self.samples:
+            count = sum(1 for name in sample if name.startswith(prefix))
+            if 0 < count < min_count:
+                run_start = at if run_start is None else run_start
+                if at - run_start > grace:
+                    bad.append((at, count))
+            else:
+                run_start = None
+        return bad
+
+
+def overcommitted_nodes(cp: ControlPlane) -> list[str]:
+    """Nodes whose bound pods request more cpu than the node has allocatable."""
+    from extender.quantity import to_units
+
+    allocatable = {n["metadata"]["name"]: to_units("cpu", n["status"]["allocatable"]["cpu"])
+                   for n in cp.request("GET", "/api/v1/nodes")["items"]}
+    used: dict[str, int] = {}
+    for p in cp.request("GET", "/api/v1/pods")["items"]:
+        node = p["spec"].get("nodeName")
+        if node and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+            for c in p["spec"]["containers"]:
+                cpu = (c.get("resources") or {}).get("requests", {}).get("cpu")
+                if cpu:
+                    used[node] = used.get(node, 0) + to_units("cpu", cpu)
+    return [n for n, u in used.items() if u > allocatable.get(n, 0)]
