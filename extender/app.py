@@ -17,6 +17,7 @@ from werkzeug.exceptions import HTTPException
 from extender import routes
 from extender.config import Settings
 from extender.metrics import Metrics
+from extender.recording import RequestRecorder
 from extender.runtime import Runtime, build
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 class Extension:
     runtime: Runtime
     metrics: Metrics
+    recorder: RequestRecorder | None = None
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Flask:
@@ -33,7 +35,8 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     runtime = runtime or build(settings)
     app = Flask("gang_extender")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    app.extensions["gang_extender"] = Extension(runtime, Metrics(runtime))
+    recorder = RequestRecorder(settings.record_file, settings.record_max_bytes) if settings.record_file else None
+    app.extensions["gang_extender"] = Extension(runtime, Metrics(runtime), recorder)
     app.register_blueprint(routes.bp)
 
     @app.errorhandler(HTTPException)

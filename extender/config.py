@@ -40,6 +40,8 @@ class Settings:
     threads: int = 256                     # gunicorn gthread threads: >= bind requests held at once
     bind_parallelism: int = 8              # API binds in flight when a gang reaches quorum
     log_level: str = "INFO"
+    record_file: str | None = None         # append every request and reply as JSONL (off by default)
+    record_max_bytes: int = 256 * 2**20    # recording stops when the file reaches this size
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -62,6 +64,9 @@ _HELP = {
     "threads": "worker threads; each bind held at a gang barrier occupies one",
     "bind_parallelism": "API bind calls in flight when a gang reaches quorum",
     "log_level": "one of " + ", ".join(LOG_LEVELS),
+    "record_file": "append every request and reply (verb, arrival, status, latency, bodies) to this JSONL file, "
+                   "for replay load tests; off by default",
+    "record_max_bytes": "stop recording when the file reaches this size",
 }
 
 
@@ -128,6 +133,12 @@ def validate(settings: Settings) -> list[str]:
         problems.append(f"bind-parallelism must be 1..256, got {settings.bind_parallelism}")
     if settings.log_level.upper() not in LOG_LEVELS:
         problems.append(f"log-level must be one of {', '.join(LOG_LEVELS)}, got {settings.log_level!r}")
+    if settings.record_max_bytes < 1024:
+        problems.append(f"record-max-bytes must be >= 1024, got {settings.record_max_bytes}")
+    if settings.record_file is not None:
+        parent = os.path.dirname(os.path.abspath(settings.record_file))
+        if not os.path.isdir(parent):
+            problems.append(f"record-file: directory {parent!r} does not exist")
     for name in ("kubeconfig", "cluster_snapshot"):
         path = getattr(settings, name)
         if path is not None and not os.path.isfile(path):

@@ -32,6 +32,10 @@ ANNOTATION_TIMEOUT = "gang-extender.io/timeout-seconds"
 """Per-gang barrier timeout; on a pod (annotation form), a Workload or a coscheduling PodGroup."""
 
 
+MAX_TIMEOUT_SECONDS = 3600.0
+"""Per-gang timeouts are capped: a held bind cannot outlive kube-scheduler's httpTimeout anyway."""
+
+
 class GroupError(ValueError):
     """A group object or pod link that cannot be understood."""
 
@@ -54,7 +58,7 @@ def _timeout(annotations: Mapping[str, Any], fallback: object = None) -> float |
         raise GroupError(f"{ANNOTATION_TIMEOUT} must be a number of seconds, got {raw!r}") from None
     if not 0 < value < float("inf"):
         raise GroupError(f"{ANNOTATION_TIMEOUT} must be a positive number of seconds, got {raw!r}")
-    return value
+    return min(value, MAX_TIMEOUT_SECONDS)
 
 
 def _positive_int(raw: object, field: str) -> int:
@@ -132,7 +136,9 @@ def coscheduling_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | No
     spec = _dict(obj.get("spec"))
     min_member = _positive_int(spec.get("minMember", 1), f"PodGroup {namespace}/{name}: spec.minMember")
     seconds = spec.get("scheduleTimeoutSeconds")
-    timeout = _timeout(_dict(metadata.get("annotations")), seconds)
+    timeout = _timeout(_dict(metadata.get("annotations")))
+    if timeout is None and seconds:  # 0 or absent: the extender's default applies
+        timeout = _timeout({ANNOTATION_TIMEOUT: seconds})
     return {GroupRef(GroupKind.COSCHEDULING, namespace, name): GangPolicy(min_member, timeout)}
 
 

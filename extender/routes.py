@@ -32,8 +32,7 @@ def _ext() -> Any:
     return current_app.extensions["gang_extender"]
 
 
-def _body() -> Any:
-    data = request.get_data(cache=False)
+def _parse(data: bytes) -> Any:
     if not data:
         raise ProtocolError("request body is empty; expected a JSON object")
     try:
@@ -44,10 +43,12 @@ def _body() -> Any:
 
 def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], Any]) -> Response:
     ext = _ext()
+    arrival = time.time()
     started = time.perf_counter()
     outcome = "ok"
+    data = request.get_data(cache=False)
     try:
-        payload = handle(_body())
+        payload = handle(_parse(data))
         status = 200
     except ProtocolError as exc:
         outcome, status = "bad_request", 400
@@ -58,9 +59,13 @@ def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], An
         outcome, status = "error", 200
         log.exception("%s failed", verb)
         payload = on_error(f"gang-extender internal error in {verb}: {type(exc).__name__}: {exc}")
+    reply = orjson.dumps(payload)
+    latency = time.perf_counter() - started
     ext.metrics.requests.labels(verb, outcome).inc()
-    ext.metrics.latency.labels(verb).observe(time.perf_counter() - started)
-    return json_response(payload, status)
+    ext.metrics.latency.labels(verb).observe(latency)
+    if ext.recorder is not None:
+        ext.recorder.record(verb, arrival, status, latency, data, reply)
+    return Response(reply, status=status, mimetype="application/json")
 
 
 @bp.post("/filter")

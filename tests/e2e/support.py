@@ -48,7 +48,8 @@ class Extender:
         self.port = free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "gang-extender.log"
-        self.args = list(args)
+        self.record_path = workdir / "requests.jsonl"
+        self.args = [*args, "--record-file", str(self.record_path)]
         self._log = log
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -203,6 +204,31 @@ class Sampler:
             else:
                 run_start = None
         return bad
+
+
+def binds_outside_filter_replies(record_path: Path) -> list[str]:
+    """Successful binds whose node was not feasible in the extender's last filter reply for that pod.
+
+    Reads the extender's request recording (``--record-file``). kube-scheduler binds only to a node
+    that passed every filter, so any entry here would mean a reply was ignored or wrong.
+    """
+    feasible: dict[tuple[str, str], set[str]] = {}
+    problems: list[str] = []
+    if not record_path.exists():
+        return problems
+    for line in record_path.read_text().splitlines():
+        entry = json.loads(line)
+        request, reply = entry["request"], entry["reply"]
+        if entry["status"] != 200 or not isinstance(request, dict):
+            continue
+        if entry["verb"] == "filter":
+            meta = request["Pod"]["metadata"]
+            feasible[(meta["namespace"], meta["name"])] = set(reply["NodeNames"] or [])
+        elif entry["verb"] == "bind" and not reply["Error"]:
+            key = (request["PodNamespace"], request["PodName"])
+            if request["Node"] not in feasible.get(key, set()):
+                problems.append(f"{key[0]}/{key[1]} bound to {request['Node']}, filter said {feasible.get(key)}")
+    return problems
 
 
 def overcommitted_nodes(cp: ControlPlane) -> list[str]:

@@ -17,6 +17,7 @@ from support import (
     ROOT,
     Extender,
     Sampler,
+    binds_outside_filter_replies,
     bound,
     create,
     events,
@@ -29,7 +30,7 @@ from support import (
 
 pytestmark = pytest.mark.e2e
 
-GANG_TIMEOUT = 12  # above kube-scheduler's 10 s maximum pod back-off, as docs/operations.md advises
+GANG_TIMEOUT = 12  # above kube-scheduler's 10 s maximum pod back-off, as docs/deploy.md advises
 WAIT = 60.0  # generous bound for the scheduler's own back-off (1-10 s) to retry
 
 
@@ -53,9 +54,11 @@ def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(autouse=True)
-def no_overcommit(cluster: dict[str, Any]) -> Iterator[None]:
+def invariants(cluster: dict[str, Any]) -> Iterator[None]:
+    """After every scenario: no node over-committed, no bind outside the extender's filter reply."""
     yield
     assert overcommitted_nodes(cluster["cp"]) == []
+    assert binds_outside_filter_replies(cluster["ext"].record_path) == []
 
 
 def _scenario(cp: ControlPlane, name: str, nodes: int, cpu: str = "4") -> tuple[str, dict[str, str], set[str]]:

@@ -1,0 +1,65 @@
+"""RequestRecorder: an optional JSONL log of every extender request and reply.
+
+Owns: appending one line per request (verb, arrival time, status, latency, request body, reply body)
+to a file, up to a size cap, for replay load tests and post-mortems. Bodies are embedded as parsed
+JSON so a line can be replayed as is. Must not: slow requests down when disabled, or grow without
+bound (recording stops at the cap, once, with a log line).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+log = logging.getLogger(__name__)
+
+
+class RequestRecorder:
+    def __init__(self, path: str | Path, max_bytes: int) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._file = self.path.open("ab")
+        self._size = self._file.tell()
+        self.records = 0
+        self.full = self._size >= max_bytes
+
+    def record(self, verb: str, arrival: float, status: int, latency: float, request: bytes, reply: bytes) -> None:
+        if self.full:
+            return
+        try:
+            request_json = orjson.Fragment(request) if _is_json(request) else request.decode("utf-8", "replace")
+        except Exception:
+            request_json = None
+        line = orjson.dumps({"verb": verb, "arrival": round(arrival, 6), "status": status,
+                             "latency_seconds": round(latency, 6), "request": request_json,
+                             "reply": orjson.Fragment(reply)}) + b"\n"
+        with self._lock:
+            if self._size + len(line) > self.max_bytes:
+                self.full = True
+                log.warning("request recording stopped: %s reached %d bytes", self.path, self.max_bytes)
+                return
+            self._file.write(line)
+            self._file.flush()
+            self._size += len(line)
+            self.records += 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,220 @@
+"""extender.config and the CLI front door: flag > env > default, and every problem reported at once."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender import cli, config
+from extender.config import ENV_PREFIX, LOG_LEVELS, ConfigError, Settings, load, validate
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+
+
+def test_defaults() -> None:
+    settings = load({}, {})
+    assert settings == Settings()
+    assert settings == Settings(host="127.0.0.1", port=8888, kubeconfig=None, cluster_snapshot=None,
+                                gang_timeout_seconds=20.0, gang_backoff_seconds=10.0, cache_size=4096,
+                                cache_ttl_seconds=300.0, max_body_bytes=64 * 2**20, threads=256,
+                                bind_parallelism=8, log_level="INFO")
+    assert load(None, {}) == Settings()
+
+
+def test_field_names() -> None:
+    assert Settings.field_names() == ["host", "port", "kubeconfig", "cluster_snapshot", "gang_timeout_seconds",
+                                      "gang_backoff_seconds", "cache_size", "cache_ttl_seconds", "max_body_bytes",
+                                      "threads", "bind_parallelism", "log_level", "record_file", "record_max_bytes"]
+
+
+@pytest.mark.parametrize(
+    ("args", "environ", "name", "expected"),
+    [
+        # default
+        ({}, {}, "port", 8888),
+        ({"port": None}, {}, "port", 8888),
+        # env over default
+        ({}, {"GANG_EXTENDER_PORT": "9000"}, "port", 9000),
+        ({}, {"GANG_EXTENDER_HOST": "0.0.0.0"}, "host", "0.0.0.0"),
+        ({}, {"GANG_EXTENDER_GANG_TIMEOUT_SECONDS": "2.5"}, "gang_timeout_seconds", 2.5),
+        ({}, {"GANG_EXTENDER_CACHE_SIZE": "0"}, "cache_size", 0),
+        ({}, {"GANG_EXTENDER_LOG_LEVEL": "debug"}, "log_level", "debug"),
+        # an empty env var is unset
+        ({}, {"GANG_EXTENDER_PORT": ""}, "port", 8888),
+        # flag over env
+        ({"port": "7000"}, {"GANG_EXTENDER_PORT": "9000"}, "port", 7000),
+        ({"gang_timeout_seconds": "3"}, {"GANG_EXTENDER_GANG_TIMEOUT_SECONDS": "4"}, "gang_timeout_seconds", 3.0),
+        ({"host": "::1"}, {"GANG_EXTENDER_HOST": "0.0.0.0"}, "host", "::1"),
+        # flag over default; values may be typed already
+        ({"threads": 4}, {}, "threads", 4),
+        ({"cache_ttl_seconds": 1}, {}, "cache_ttl_seconds", 1.0),
+        # env names are exact
+        ({}, {"gang_extender_port": "9000", "GANG_EXTENDER_PORTS": "1"}, "port", 8888),
+    ],
+)
+def test_precedence(args: dict[str, Any], environ: dict[str, str], name: str, expected: object) -> None:
+    value = getattr(load(args, environ), name)
+    assert value == expected
+    assert type(value) is type(expected)
+
+
+def test_every_setting_has_an_env_var() -> None:
+    environ = {
+        "GANG_EXTENDER_HOST": "0.0.0.0", "GANG_EXTENDER_PORT": "1", "GANG_EXTENDER_GANG_TIMEOUT_SECONDS": "1",
+        "GANG_EXTENDER_GANG_BACKOFF_SECONDS": "0", "GANG_EXTENDER_CACHE_SIZE": "1",
+        "GANG_EXTENDER_CACHE_TTL_SECONDS": "1", "GANG_EXTENDER_MAX_BODY_BYTES": "1024",
+        "GANG_EXTENDER_THREADS": "1", "GANG_EXTENDER_BIND_PARALLELISM": "1", "GANG_EXTENDER_LOG_LEVEL": "ERROR",
+    }
+    assert load({}, environ) == Settings("0.0.0.0", 1, None, None, 1.0, 0.0, 1, 1.0, 1024, 1, 1, "ERROR")
+
+
+def test_paths_must_exist(tmp_path: Path) -> None:
+    existing = tmp_path / "kubeconfig"
+    existing.write_text("apiVersion: v1\n")
+    assert load({"kubeconfig": str(existing)}, {}).kubeconfig == str(existing)
+    assert load({}, {"GANG_EXTENDER_CLUSTER_SNAPSHOT": str(existing)}).cluster_snapshot == str(existing)
+    with pytest.raises(ConfigError) as info:
+        load({"kubeconfig": str(tmp_path / "missing")}, {"GANG_EXTENDER_CLUSTER_SNAPSHOT": str(tmp_path)})
+    assert info.value.problems == [f"kubeconfig: no such file {str(tmp_path / 'missing')!r}",
+                                   f"cluster-snapshot: no such file {str(tmp_path)!r}"]
+
+
+def test_config_error_lists_every_problem_at_once(tmp_path: Path) -> None:
+    args = {"port": "0", "threads": "x", "gang_timeout_seconds": "soon", "cluster_snapshot": str(tmp_path / "nope")}
+    environ = {"GANG_EXTENDER_CACHE_SIZE": "-1", "GANG_EXTENDER_LOG_LEVEL": "LOUD",
+               "GANG_EXTENDER_MAX_BODY_BYTES": "10", "GANG_EXTENDER_BIND_PARALLELISM": "many",
+               "GANG_EXTENDER_CACHE_TTL_SECONDS": "0", "GANG_EXTENDER_GANG_BACKOFF_SECONDS": "-1"}
+    with pytest.raises(ConfigError) as info:
+        load(args, environ)
+    problems = [
+        "--gang-timeout-seconds: expected a number, got 'soon'",
+        "--threads: expected an integer, got 'x'",
+        "GANG_EXTENDER_BIND_PARALLELISM: expected an integer, got 'many'",
+        "port must be 1..65535, got 0",
+        "gang-backoff-seconds must be >= 0, got -1.0",
+        "cache-size must be >= 0, got -1",
+        "cache-ttl-seconds must be > 0, got 0.0",
+        "max-body-bytes must be >= 1024, got 10",
+        "log-level must be one of DEBUG, INFO, WARNING, ERROR, got 'LOUD'",
+        f"cluster-snapshot: no such file {str(tmp_path / 'nope')!r}",
+    ]
+    assert info.value.problems == problems
+    assert str(info.value) == "invalid settings:\n" + "\n".join(f"  - {p}" for p in problems)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        ({"port": "65536"}, "port must be 1..65535, got 65536"),
+        ({"port": "-1"}, "port must be 1..65535, got -1"),
+        ({"port": "1.5"}, "--port: expected an integer, got '1.5'"),
+        ({"port": "0x10"}, "--port: expected an integer, got '0x10'"),
+        ({"gang_timeout_seconds": "0"}, "gang-timeout-seconds must be > 0, got 0.0"),
+        ({"gang_timeout_seconds": "nan"}, "gang-timeout-seconds must be > 0, got nan"),
+        ({"gang_timeout_seconds": "inf"}, "gang-timeout-seconds must be finite, got inf"),
+        ({"gang_backoff_seconds": "nan"}, "gang-backoff-seconds must be >= 0, got nan"),
+        ({"cache_ttl_seconds": "-5"}, "cache-ttl-seconds must be > 0, got -5.0"),
+        ({"threads": "0"}, "threads must be 1..10000, got 0"),
+        ({"threads": "10001"}, "threads must be 1..10000, got 10001"),
+        ({"bind_parallelism": "0"}, "bind-parallelism must be 1..256, got 0"),
+        ({"bind_parallelism": "257"}, "bind-parallelism must be 1..256, got 257"),
+        ({"max_body_bytes": "1023"}, "max-body-bytes must be >= 1024, got 1023"),
+        ({"log_level": "trace"}, "log-level must be one of DEBUG, INFO, WARNING, ERROR, got 'trace'"),
+    ],
+)
+def test_single_problems(args: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(args, {})
+    assert info.value.problems == [problem]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"port": "1"}, {"port": "65535"}, {"threads": "1"}, {"threads": "10000"}, {"bind_parallelism": "256"},
+        {"max_body_bytes": "1024"}, {"gang_backoff_seconds": "0"}, {"cache_size": "0"},
+        {"log_level": "warning"}, {"gang_timeout_seconds": "0.001"},
+    ],
+)
+def test_boundaries_accepted(args: dict[str, Any]) -> None:
+    load(args, {})
+
+
+def test_validate_is_empty_for_defaults() -> None:
+    assert validate(Settings()) == []
+    assert LOG_LEVELS == ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def test_add_arguments_registers_one_flag_per_setting() -> None:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    parsed = vars(parser.parse_args([]))
+    assert parsed == dict.fromkeys(Settings.field_names())  # None: env vars can still fill them
+    parsed = vars(parser.parse_args(["--gang-timeout-seconds", "5", "--cluster-snapshot", "x.yaml"]))
+    assert parsed["gang_timeout_seconds"] == "5"
+    assert parsed["cluster_snapshot"] == "x.yaml"
+
+
+# --------------------------------------------------------------------------------------------- CLI
+def test_cli_reports_every_problem_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["serve", "--port", "0", "--threads", "x"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("gang-extender: invalid settings:\n"
+                            "  - --threads: expected an integer, got 'x'\n"
+                            "  - port must be 1..65535, got 0\n")
+
+
+def test_cli_names_the_env_var_at_fault(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("GANG_EXTENDER_THREADS", "lots")
+    assert cli.main(["serve"]) == 2
+    assert capsys.readouterr().err == ("gang-extender: invalid settings:\n"
+                                       "  - GANG_EXTENDER_THREADS: expected an integer, got 'lots'\n")
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
+    calls: list[Settings] = []
+    monkeypatch.setattr(cli, "serve", calls.append)
+    monkeypatch.setattr(cli, "_setup_logging", lambda level: None)
+    return calls
+
+
+def test_cli_serve_precedence(monkeypatch: pytest.MonkeyPatch, served: list[Settings]) -> None:
+    monkeypatch.setenv("GANG_EXTENDER_PORT", "9000")
+    monkeypatch.setenv("GANG_EXTENDER_THREADS", "16")
+    assert cli.main(["serve", "--port", "7000"]) == 0
+    assert len(served) == 1
+    assert served[0].port == 7000
+    assert served[0].threads == 16
+    assert served[0].host == "127.0.0.1"
+
+
+@pytest.mark.parametrize("argv", [[], ["bogus"], ["serve", "--bogus"], ["serve", "--port"]])
+def test_cli_usage_errors_exit_2(argv: list[str], served: list[Settings],
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert "usage: gang-extender" in capsys.readouterr().err
+    assert served == []
+
+
+def test_cli_help_names_every_env_var(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["serve", "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for name in Settings.field_names():
+        assert "--" + name.replace("_", "-") in text
+        assert "GANG_EXTENDER_" + name.upper() in text
