@@ -93,19 +93,22 @@ class ClusterMirror:
                 self._touch(name)
 
     def replace_nodes(self, objs: Iterable[Mapping[str, Any]]) -> None:
-        """A relist: the given nodes are the whole truth (malformed ones are skipped and counted)."""
+        """A relist: the given nodes are the whole truth (malformed ones are skipped and counted).
+
+        Objects are applied one at a time (each under the lock), so a relist streaming pages from the
+        API server does not block readers for its whole duration.
+        """
+        seen = set()
+        for obj in objs:
+            try:
+                self.upsert_node(obj)
+            except ValueError:
+                self.rejected_objects += 1
+                continue
+            seen.add(str(obj["metadata"]["name"]))
         with self.lock:
-            seen = set()
-            for obj in objs:
-                try:
-                    self.upsert_node(obj)
-                except ValueError:
-                    self.rejected_objects += 1
-                    continue
-                seen.add(str(obj["metadata"]["name"]))
-            for name in list(self.nodes):
-                if name not in seen:
-                    self.delete_node(name)
+            for name in [name for name in self.nodes if name not in seen]:
+                self.delete_node(name)
 
     # -------------------------------------------------------------------------------------- pods
     def _placement(self, pod: PodRecord) -> str:
@@ -158,13 +161,14 @@ class ClusterMirror:
                 del self._uid_by_key[old.key]
 
     def replace_pods(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        """A relist of pods; like ``replace_nodes``."""
+        seen = set()
+        for obj in objs:
+            try:
+                seen.add(self.upsert_pod(obj).uid)
+            except ValueError:
+                self.rejected_objects += 1
         with self.lock:
-            seen = set()
-            for obj in objs:
-                try:
-                    seen.add(self.upsert_pod(obj).uid)
-                except ValueError:
-                    self.rejected_objects += 1
             for uid in [uid for uid in self._pods if uid not in seen]:
                 self.delete_pod(uid)
 
@@ -239,16 +243,17 @@ class ClusterMirror:
                 self._groups.pop(ref, None)
 
     def replace_groups(self, kind: GroupKind, objs: Iterable[Mapping[str, Any]]) -> None:
+        """A relist of one kind of group object; like ``replace_nodes``."""
+        seen = set()
+        for obj in objs:
+            try:
+                self.upsert_group(kind, obj)
+            except ValueError:
+                self.rejected_objects += 1
+                continue
+            metadata = obj.get("metadata") or {}
+            seen.add((str(metadata.get("namespace") or "default"), str(metadata.get("name"))))
         with self.lock:
-            seen = set()
-            for obj in objs:
-                try:
-                    self.upsert_group(kind, obj)
-                except ValueError:
-                    self.rejected_objects += 1
-                    continue
-                metadata = obj.get("metadata") or {}
-                seen.add((str(metadata.get("namespace") or "default"), str(metadata.get("name"))))
             for object_kind, key in list(self._group_objects):
                 if object_kind is kind and key not in seen:
                     self.delete_group(kind, *key)

@@ -43,6 +43,27 @@ def _failure(exc: BaseException) -> KubeError:
     return KubeError(f"{type(exc).__name__}: {exc}")
 
 
+class PagedList:
+    """A collection listed one page at a time, so a relist of 150,000 pods never holds them all as
+    raw JSON at once. ``resource_version`` (to watch from) is known once iteration has finished."""
+
+    def __init__(self, kube: KubeClient, path: str, page_size: int) -> None:
+        self._kube, self._path, self._page_size = kube, path, page_size
+        self.resource_version = ""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        query: dict[str, Any] = {"limit": self._page_size}
+        while True:
+            page = self._kube.request("GET", self._path, query, timeout=120.0)
+            yield from page.get("items") or []
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue")
+            if not token:
+                self.resource_version = str(metadata.get("resourceVersion") or "")
+                return
+            query = {"limit": self._page_size, "continue": token}
+
+
 class KubeClient:
     """Raw JSON access to one API server."""
 
@@ -104,18 +125,9 @@ class KubeClient:
             raise KubeError(f"{method} {path}: reply is not JSON: {exc}") from None
 
     # --------------------------------------------------------------------------- list and watch
-    def list(self, path: str, page_size: int = 500) -> tuple[list[dict[str, Any]], str]:
-        """All items of a collection (paginated) and the resourceVersion to watch from."""
-        items: list[dict[str, Any]] = []
-        query: dict[str, Any] = {"limit": page_size}
-        while True:
-            page = self.request("GET", path, query, timeout=120.0)
-            items.extend(page.get("items") or [])
-            metadata = page.get("metadata") or {}
-            token = metadata.get("continue")
-            if not token:
-                return items, str(metadata.get("resourceVersion") or "")
-            query = {"limit": page_size, "continue": token}
+    def list(self, path: str, page_size: int = 500) -> PagedList:
+        """The items of a collection, fetched page by page as they are consumed."""
+        return PagedList(self, path, page_size)
 
     def watch(self, path: str, resource_version: str, timeout_seconds: int = 300
               ) -> Iterator[tuple[str, dict[str, Any]]]:

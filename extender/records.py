@@ -8,6 +8,7 @@ the placement fields a gang member needs for admission planning. Must not: keep 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,6 +65,21 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     return total
 
 
+_SHARED_REQUESTS: dict[tuple[tuple[str, int], ...], Resources] = {}
+_SHARED_REQUESTS_MAX = 100_000
+
+
+def shared(requests: Resources) -> Resources:
+    """One dict per distinct request vector (most pods share a handful): records treat it as read-only."""
+    key = tuple(sorted(requests.items()))
+    found = _SHARED_REQUESTS.get(key)
+    if found is not None:
+        return found
+    if len(_SHARED_REQUESTS) < _SHARED_REQUESTS_MAX:
+        _SHARED_REQUESTS[key] = requests
+    return requests
+
+
 DEFAULT_MAX_PODS = 110
 """Pod capacity assumed for a node object that does not state it (the kubelet's default)."""
 
@@ -82,14 +98,14 @@ def pod_record(obj: Mapping[str, Any]) -> PodRecord:
     placement = {k: spec[k] for k in _PLACEMENT_FIELDS if spec.get(k)} if link else None
     return PodRecord(
         uid=str(metadata.get("uid") or f"{namespace}/{name}"),
-        namespace=str(namespace),
+        namespace=sys.intern(str(namespace)),
         name=name,
-        node_name=str(spec.get("nodeName") or ""),
-        requests=pod_requests(spec),
+        node_name=sys.intern(str(spec.get("nodeName") or "")),
+        requests=shared(pod_requests(spec)),
         gang=link.gang if link else None,
         link_policy=link.policy if link else None,
         terminal=phase in ("Succeeded", "Failed") or bool(metadata.get("deletionTimestamp")),
-        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        scheduler_name=sys.intern(str(spec.get("schedulerName") or "default-scheduler")),
         spec=placement,
     )
 

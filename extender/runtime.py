@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,7 +133,7 @@ def from_api(settings: Settings) -> Runtime:
                                                          kube.annotate_pod)
     runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, "api")
 
-    def reflector(name: str, path: str, replace: Callable[[list[dict[str, Any]]], None],
+    def reflector(name: str, path: str, replace: Callable[[Iterable[dict[str, Any]]], None],
                   apply: Callable[[str, dict[str, Any]], None]) -> Reflector:
         def safe_apply(kind: str, obj: dict[str, Any]) -> None:
             try:
@@ -159,7 +159,7 @@ def from_api(settings: Settings) -> Runtime:
         else:
             mirror.upsert_pod(obj)
 
-    def group_replace(group_kind: GroupKind) -> Callable[[list[dict[str, Any]]], None]:
+    def group_replace(group_kind: GroupKind) -> Callable[[Iterable[dict[str, Any]]], None]:
         return lambda items: mirror.replace_groups(group_kind, items)
 
     def group_apply(group_kind: GroupKind) -> Callable[[str, dict[str, Any]], None]:

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
-ListFn = Callable[[], tuple[list[dict[str, Any]], str]]
+class Listing(Protocol):
+    """A collection to iterate once; ``resource_version`` is valid after iteration."""
+
+    resource_version: str
+
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+
+
+ListFn = Callable[[], Listing]
 WatchFn = Callable[[str], Iterator[tuple[str, dict[str, Any]]]]
 
 
@@ -24,7 +32,7 @@ class GoneError(Exception):
 
 class Reflector:
     def __init__(self, name: str, list_fn: ListFn, watch_fn: WatchFn,
-                 replace: Callable[[list[dict[str, Any]]], None],
+                 replace: Callable[[Iterable[dict[str, Any]]], None],
                  apply: Callable[[str, dict[str, Any]], None], stop: threading.Event,
                  *, initial_backoff: float = 0.5, max_backoff: float = 30.0) -> None:
         self.name = name
@@ -62,8 +70,9 @@ class Reflector:
                 backoff = min(backoff * 2, self._max_backoff)
 
     def _list_and_watch(self) -> None:
-        items, version = self._list()
-        self._replace(items)
+        listing = self._list()
+        self._replace(listing)
+        version = listing.resource_version
         self.relists += 1
         self.synced.set()
         self.healthy = True
