@@ -1,7 +1,8 @@
 """FilterCache: filter verdicts shared by pods with the same scheduling signature.
 
-Owns: a cachetools ``TTLCache`` (LRU order, bounded size, TTL backstop) behind one lock, mapping a
-signature to ``NodeVerdicts`` (per-node verdicts stamped with the mirror generation they reflect),
+Owns: a cachetools ``TTLCache`` (LRU order, TTL backstop) behind one lock, mapping a signature to
+``NodeVerdicts``; its size is counted in node verdicts (an entry weighs one per node it knows), so
+memory stays bounded however many nodes and signatures there are (per-node verdicts stamped with the mirror generation they reflect),
 and the hit/miss/refresh/flush counters that ``/metrics`` exposes. Every flush has a named reason.
 Must not: compute verdicts or read the mirror; the engine refreshes entries under the mirror lock.
 """
@@ -44,12 +45,16 @@ class NodeVerdicts:
             self.reserved.discard(node)
 
 
+def _weight(entry: NodeVerdicts) -> int:
+    return len(entry.verdicts) + 1
+
+
 class _Entries(TTLCache[bytes, NodeVerdicts]):
     """TTLCache that reports why entries leave it."""
 
     def __init__(self, maxsize: int, ttl: float, timer: Callable[[], float],
                  on_drop: Callable[[str, int], None]) -> None:
-        super().__init__(maxsize, ttl, timer)
+        super().__init__(maxsize, ttl, timer, getsizeof=_weight)
         self._on_drop = on_drop
 
     def expire(self, time: Any = None) -> Any:
@@ -67,7 +72,7 @@ class _Entries(TTLCache[bytes, NodeVerdicts]):
 class FilterCache:
     """Signature -> NodeVerdicts, thread-safe."""
 
-    REASONS = ("expired", "evicted", "change_log_overflow", "resync", "disabled")
+    REASONS = ("expired", "evicted", "change_log_overflow", "too_large")
 
     def __init__(self, maxsize: int, ttl_seconds: float, timer: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
@@ -89,10 +94,15 @@ class FilterCache:
             return self._entries.get(signature)
 
     def put(self, signature: bytes, entry: NodeVerdicts) -> None:
+        """Store (or re-store, to re-weigh a grown entry); an entry larger than the cache is dropped."""
         if not self.enabled:
             return
         with self._lock:
-            self._entries[signature] = entry
+            try:
+                self._entries[signature] = entry
+            except ValueError:  # heavier than the whole cache
+                self._entries.pop(signature, None)
+                self.flushes["too_large"] += 1
 
     def discard(self, signature: bytes, reason: str) -> None:
         with self._lock:

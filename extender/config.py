@@ -34,7 +34,7 @@ class Settings:
     cluster_snapshot: str | None = None    # serve from a Kubernetes List file instead of an API server
     gang_timeout_seconds: float = 20.0     # keep below the scheduler's extender httpTimeout
     gang_backoff_seconds: float = 10.0     # first back-off after a gang timeout (doubles, capped at 300 s)
-    cache_size: int = 4096                 # signatures kept; 0 disables the filter cache
+    cache_size: int = 1_000_000            # node verdicts kept over all signatures (~150 B each); 0 disables
     cache_ttl_seconds: float = 300.0       # backstop: entries are refreshed by generation anyway
     max_body_bytes: int = 64 * 2**20
     threads: int = 256                     # gunicorn gthread threads: >= bind requests held at once
@@ -58,7 +58,8 @@ _HELP = {
                             "scheduler's extender httpTimeout (per-gang override: annotation "
                             "gang-extender.io/timeout-seconds or PodGroup spec.scheduleTimeoutSeconds)",
     "gang_backoff_seconds": "first back-off of a gang after a timeout; doubles per timeout, max 300 s",
-    "cache_size": "signatures kept in the filter cache (0 disables it)",
+    "cache_size": "filter cache capacity in node verdicts summed over all signatures (an entry weighs one per "
+                  "node it knows; ~150 bytes each); 0 disables the cache",
     "cache_ttl_seconds": "backstop lifetime of a filter cache entry",
     "max_body_bytes": "largest request body accepted (413 above)",
     "threads": "worker threads; each bind held at a gang barrier occupies one",
