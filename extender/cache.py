@@ -1,9 +1,9 @@
 """FilterCache: filter verdicts shared by pods with the same scheduling signature.
 
 Owns: a cachetools ``TTLCache`` (LRU order, TTL backstop) behind one lock, mapping a signature to
-``NodeVerdicts``; its size is counted in node verdicts (an entry weighs one per node it knows), so
-memory stays bounded however many nodes and signatures there are (per-node verdicts stamped with the mirror generation they reflect),
-and the hit/miss/refresh/flush counters that ``/metrics`` exposes. Every flush has a named reason.
+``NodeVerdicts`` (per-node verdicts stamped with the mirror generation they reflect), sized in node
+verdicts (an entry weighs one per node it knows) so memory stays bounded however many nodes and
+signatures there are; and the hit/miss/refresh/flush counters that ``/metrics`` exposes. Every flush has a named reason.
 Must not: compute verdicts or read the mirror; the engine refreshes entries under the mirror lock.
 """
 
@@ -32,6 +32,8 @@ class NodeVerdicts:
     verdicts: dict[str, str] = field(default_factory=dict)  # node -> FIT, FIT_RESERVED or a reason
     fit: set[str] = field(default_factory=set)
     reserved: set[str] = field(default_factory=set)
+    weighed: int = -1  # len(verdicts) when last stored; a stored entry that has not grown needs no put
+    all_fit_names: list[str] | None = None  # the last request list whose every node fits (see engine)
 
     def record(self, node: str, verdict: str) -> None:
         self.verdicts[node] = verdict
@@ -39,6 +41,7 @@ class NodeVerdicts:
             self.fit.add(node)
         else:
             self.fit.discard(node)
+            self.all_fit_names = None
         if verdict == FIT_RESERVED:
             self.reserved.add(node)
         else:
@@ -95,9 +98,10 @@ class FilterCache:
 
     def put(self, signature: bytes, entry: NodeVerdicts) -> None:
         """Store (or re-store, to re-weigh a grown entry); an entry larger than the cache is dropped."""
-        if not self.enabled:
+        if not self.enabled or entry.weighed == len(entry.verdicts):
             return
         with self._lock:
+            entry.weighed = len(entry.verdicts)
             try:
                 self._entries[signature] = entry
             except ValueError:  # heavier than the whole cache

@@ -290,7 +290,7 @@ class GangLedger:
             waiting = self._waiting(state)
             if not waiting and state.holds:
                 return  # a released quorum is being bound; its outcome decides, not the clock
-            message = (f"gang {gang} timed out after {self.timeout_for(state.policy):.0f}s with "
+            message = (f"gang {gang} timed out after {self.timeout_for(state.policy):g}s with "
                        f"{len(waiting)} member(s) held of {state.policy.min_count} needed; "
                        "released its reservation and backing off")
             for hold in waiting:

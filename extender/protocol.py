@@ -22,7 +22,12 @@ class ProtocolError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class FilterArgs:
-    """ExtenderArgs: the pod and the candidate nodes (names, plus full objects when not cache-capable)."""
+    """ExtenderArgs: the pod and the candidate nodes (names, plus full objects when not cache-capable).
+
+    ``node_names`` is a list, but its elements from a ``NodeNames`` request are checked lazily: the
+    hot path proves them valid by finding all of them in a set of known node names, and everything
+    else calls ``check_node_names`` first, so an invalid name is a ProtocolError either way.
+    """
 
     pod: dict[str, Any]
     node_names: list[str]
@@ -122,9 +127,6 @@ def parse_filter_args(body: object) -> FilterArgs:
     if raw_names is not None:
         if not isinstance(raw_names, list):
             raise ProtocolError(f"NodeNames must be an array of strings, got {_type_name(raw_names)}")
-        for index, name in enumerate(raw_names):
-            if not isinstance(name, str) or not name:
-                raise ProtocolError(f"NodeNames[{index}] must be a non-empty string")
         names: list[str] = raw_names
     else:
         node_list = _require_object(raw_nodes, "Nodes")
@@ -141,9 +143,16 @@ def parse_filter_args(body: object) -> FilterArgs:
                 raise ProtocolError(f"Nodes.items[{index}].metadata.name must be a non-empty string")
             names.append(name)
         nodes = items
-    if len(set(names)) != len(names):
-        raise ProtocolError("node names must be unique")
     return FilterArgs(pod=pod, node_names=names, nodes=nodes)
+
+
+def check_node_names(names: list[Any]) -> list[str]:
+    """Raise ProtocolError unless every element is a non-empty string (duplicates are allowed:
+    each gets its own verdict)."""
+    for index, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise ProtocolError(f"NodeNames[{index}] must be a non-empty string")
+    return names
 
 
 def parse_bind_args(body: object) -> BindArgs:

@@ -45,6 +45,7 @@ class Reflector:
         self.relists = 0
         self.errors = 0
         self.events = 0
+        self._progressed = False  # the current list+watch delivered something after listing
         self._thread = threading.Thread(target=self._run, name=f"watch-{name}", daemon=True)
 
     def start(self) -> None:
@@ -56,12 +57,15 @@ class Reflector:
     def _run(self) -> None:
         backoff = self._initial_backoff
         while not self._stop.is_set():
+            self._progressed = False
             try:
                 self._list_and_watch()
                 backoff = self._initial_backoff
             except GoneError:
                 log.info("watch %s: resourceVersion expired, relisting", self.name)
             except Exception as exc:  # any failure: the loop must survive, report, and retry
+                if self._progressed:  # it had been working: a new failure, not the same outage
+                    backoff = self._initial_backoff
                 self.errors += 1
                 self.healthy = False
                 self.last_error = str(exc)
@@ -86,9 +90,11 @@ class Reflector:
                         raise GoneError
                     raise RuntimeError(f"watch error: {obj.get('message') or obj}")
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                self._progressed = True
                 if kind != "BOOKMARK":
                     self.events += 1
                     self._apply(kind, obj)
+            self._progressed = True  # a watch call that ends normally (server timeout) also worked
 
     @staticmethod
     def is_gone(exc: BaseException) -> bool:

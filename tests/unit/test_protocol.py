@@ -15,6 +15,7 @@ from extender.protocol import (
     FilterArgs,
     FilterResult,
     ProtocolError,
+    check_node_names,
     parse_bind_args,
     parse_filter_args,
     render_bind,
@@ -197,11 +198,6 @@ def _pod_with(metadata: object = None, **fields: Any) -> dict[str, Any]:
         (body(NodeNames={"node-1": True}), "NodeNames must be an array of strings, got object"),
         (body(NodeNames=3), "NodeNames must be an array of strings, got number"),
         (body(NodeNames=False), "NodeNames must be an array of strings, got boolean"),
-        (body(NodeNames=["a", 1]), "NodeNames[1] must be a non-empty string"),
-        (body(NodeNames=[None]), "NodeNames[0] must be a non-empty string"),
-        (body(NodeNames=["a", ""]), "NodeNames[1] must be a non-empty string"),
-        (body(NodeNames=[["a"]]), "NodeNames[0] must be a non-empty string"),
-        (body(NodeNames=["a", "b", "a"]), "node names must be unique"),
         (body(NodeNames=None, Nodes=[node("a")]), "Nodes must be a JSON object, got array"),
         (body(NodeNames=None, Nodes="a"), "Nodes must be a JSON object, got string"),
         (body(NodeNames=None, Nodes={"items": {"a": node("a")}}), "Nodes.items must be an array, got object"),
@@ -214,13 +210,36 @@ def _pod_with(metadata: object = None, **fields: Any) -> dict[str, Any]:
          "Nodes.items[0].metadata.name must be a non-empty string"),
         (body(NodeNames=None, Nodes={"items": [{"metadata": {"name": 1}}]}),
          "Nodes.items[0].metadata.name must be a non-empty string"),
-        (body(NodeNames=None, Nodes={"items": [node("a"), node("a")]}), "node names must be unique"),
     ],
 )
 def test_parse_filter_args_rejects(request_body: object, message: str) -> None:
     with pytest.raises(ProtocolError) as info:
         parse_filter_args(request_body)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (["a", 1], "NodeNames[1] must be a non-empty string"),
+        ([None], "NodeNames[0] must be a non-empty string"),
+        (["a", ""], "NodeNames[1] must be a non-empty string"),
+        ([["a"]], "NodeNames[0] must be a non-empty string"),
+    ],
+)
+def test_check_node_names_rejects(names: list[Any], message: str) -> None:
+    # NodeNames elements are checked lazily (the filter's fast path proves them by set membership);
+    # every path that does not calls check_node_names first.
+    assert parse_filter_args(body(NodeNames=names)).node_names == names
+    with pytest.raises(ProtocolError) as info:
+        check_node_names(names)
+    assert str(info.value) == message
+
+
+def test_duplicate_names_are_allowed() -> None:
+    assert check_node_names(["a", "b", "a"]) == ["a", "b", "a"]
+    args = parse_filter_args(body(NodeNames=None, Nodes={"items": [node("a"), node("a")]}))
+    assert args.node_names == ["a", "a"]
 
 
 REQUIRED = "Pod.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"

@@ -1,0 +1,251 @@
+"""Builders for raw Kubernetes objects and extender requests, plus small in-memory test doubles.
+
+Objects are plain camelCase dicts as the API server serves them (what the mirror and the engine read).
+The doubles (``FakeClock``, ``FakeBinder``, ``EventLog``) and ``make_engine`` wire an engine the way
+``extender.runtime._core`` does, with every I/O edge replaced.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.cache import FilterCache
+from extender.cluster import ClusterMirror
+from extender.engine import BindError, Engine
+from extender.groups import ANNOTATION_TIMEOUT, COSCHEDULING_API, COSCHEDULING_LABEL, WORKLOAD_API
+from extender.ledger import GangLedger
+from extender.model import GroupKind, PodRecord
+from extender.protocol import BindArgs, FilterArgs
+
+_uids = itertools.count(1)
+
+
+def node(name: str, cpu: str = "4", memory: str = "16Gi", *, labels: Mapping[str, str] | None = None,
+         taints: Sequence[Mapping[str, str]] | None = None, pods: str | None = None,
+         unschedulable: bool = False, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A Node with ``status.allocatable`` cpu/memory (and ``pods`` when given)."""
+    allocatable: dict[str, str] = {"cpu": cpu, "memory": memory, **(extra or {})}
+    if pods is not None:
+        allocatable["pods"] = pods
+    spec: dict[str, Any] = {}
+    if taints:
+        spec["taints"] = [dict(t) for t in taints]
+    if unschedulable:
+        spec["unschedulable"] = True
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": spec,
+        "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
+    }
+
+
+def pod(name: str, uid: str | None = None, cpu: str | None = "1", memory: str | None = "1Gi", *,
+        namespace: str = "default", workload: str | None = None, pod_group: str | None = None,
+        replica: str | None = None, node: str | None = None, node_selector: Mapping[str, str] | None = None,
+        tolerations: Sequence[Mapping[str, str]] | None = None, labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None, phase: str | None = None,
+        affinity: Mapping[str, Any] | None = None, scheduler_name: str | None = None) -> dict[str, Any]:
+    """A Pod with one container requesting ``cpu``/``memory``.
+
+    Gang links: with ``workload`` the pod has ``spec.workloadRef{name: workload, podGroup: pod_group,
+    podGroupReplicaKey: replica}`` (Workload API); with only ``pod_group`` it carries the coscheduling
+    label ``scheduling.x-k8s.io/pod-group: pod_group`` (scheduler-plugins PodGroup). ``uid`` defaults to
+    a fresh unique value.
+    """
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": requests}}],
+    }
+    all_labels = dict(labels or {})
+    if workload is not None:
+        ref = {"name": workload}
+        if pod_group is not None:
+            ref["podGroup"] = pod_group
+        if replica is not None:
+            ref["podGroupReplicaKey"] = replica
+        spec["workloadRef"] = ref
+    elif pod_group is not None:
+        all_labels[COSCHEDULING_LABEL] = pod_group
+    if node is not None:
+        spec["nodeName"] = node
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
+    if affinity:
+        spec["affinity"] = dict(affinity)
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace,
+                                "uid": uid if uid is not None else f"uid-{name}-{next(_uids)}",
+                                "labels": all_labels}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    if phase is not None:
+        obj["status"] = {"phase": phase}
+    return obj
+
+
+def workload(name: str, groups: Mapping[str, int | None], *, namespace: str = "default",
+             timeout: float | None = None) -> dict[str, Any]:
+    """A v1alpha1 Workload; ``groups`` maps pod group name -> gang minCount (None: a basic group)."""
+    pod_groups = [
+        {"name": group, "policy": {"basic": {}} if count is None else {"gang": {"minCount": count}}}
+        for group, count in groups.items()
+    ]
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if timeout is not None:
+        metadata["annotations"] = {ANNOTATION_TIMEOUT: str(timeout)}
+    return {"apiVersion": f"{WORKLOAD_API[0]}/{WORKLOAD_API[1]}", "kind": "Workload", "metadata": metadata,
+            "spec": {"podGroups": pod_groups}}
+
+
+def coscheduling_podgroup(name: str, min_member: int, timeout: int | None = None, *,
+                          namespace: str = "default") -> dict[str, Any]:
+    """A scheduler-plugins ``PodGroup`` (``scheduling.x-k8s.io/v1alpha1``)."""
+    spec: dict[str, Any] = {"minMember": min_member}
+    if timeout is not None:
+        spec["scheduleTimeoutSeconds"] = timeout
+    return {"apiVersion": f"{COSCHEDULING_API[0]}/{COSCHEDULING_API[1]}", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def filter_args(pod: Mapping[str, Any], names: Iterable[str]) -> FilterArgs:
+    """ExtenderArgs with NodeNames (nodeCacheCapable: true)."""
+    return FilterArgs(pod=dict(pod), node_names=list(names), nodes=None)
+
+
+def bind_args(pod: Mapping[str, Any], node: str, *, uid: str | None = None) -> BindArgs:
+    """ExtenderBindingArgs for ``pod`` (its own uid unless ``uid`` is given)."""
+    meta = pod["metadata"]
+    return BindArgs(meta["name"], meta.get("namespace") or "default",
+                    meta.get("uid", "") if uid is None else uid, node)
+
+
+# ------------------------------------------------------------------------------------ test doubles
+class FakeClock:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class FakeBinder:
+    """In-memory ``extender.engine.Binder``: records calls, fails chosen pods, can block every bind.
+
+    ``fail[name] = message`` makes binding that pod raise ``BindError(message)``; ``gate.clear()`` makes
+    binds block until ``gate.set()`` (``entered`` counts binds that reached the binder). With ``mirror``
+    set it applies successful binds to it (``bind_locally``), like the snapshot binder.
+    """
+
+    mirror: ClusterMirror | None = None
+    calls: list[tuple[str, str, str, str]] = field(default_factory=list)
+    fail: dict[str, str] = field(default_factory=dict)
+    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # read_pod answers
+    reads: list[tuple[str, str]] = field(default_factory=list)
+    gate: threading.Event = field(default_factory=threading.Event)
+    entered: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.gate.set()
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.entered.release()
+        if not self.gate.wait(timeout=10):
+            raise BindError("test binder gate never opened")
+        with self.lock:
+            self.calls.append((namespace, name, uid, node))
+        if name in self.fail:
+            raise BindError(self.fail[name])
+        if self.mirror is not None:
+            self.mirror.bind_locally(uid, node)
+
+    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        self.reads.append((namespace, name))
+        return self.pods.get((namespace, name))
+
+    @property
+    def bound_names(self) -> list[str]:
+        with self.lock:
+            return sorted(call[1] for call in self.calls)
+
+
+@dataclass
+class EventLog:
+    """Collects ``GangLedger`` events as (pod names, type, reason, message)."""
+
+    events: list[tuple[tuple[str, ...], str, str, str]] = field(default_factory=list)
+
+    def __call__(self, pods: list[PodRecord], event_type: str, reason: str, message: str) -> None:
+        self.events.append((tuple(p.name for p in pods), event_type, reason, message))
+
+    def reasons(self) -> list[str]:
+        return [event[2] for event in self.events]
+
+    def of(self, reason: str) -> list[tuple[tuple[str, ...], str, str, str]]:
+        return [event for event in self.events if event[2] == reason]
+
+
+@dataclass
+class Harness:
+    """An engine wired like ``runtime._core`` with fakes at every edge."""
+
+    mirror: ClusterMirror
+    cache: FilterCache
+    ledger: GangLedger
+    engine: Engine
+    binder: FakeBinder
+    clock: FakeClock
+    events: EventLog
+
+    def close(self) -> None:
+        self.binder.gate.set()
+        self.engine.close()
+        self.engine._bind_pool.shutdown(wait=True)  # join the bind threads this test started
+
+    def add(self, *objs: Mapping[str, Any]) -> None:
+        """Feed Nodes, Pods, Workloads and PodGroups to the mirror (as the watches would)."""
+        for obj in objs:
+            kind = obj.get("kind")
+            if kind == "Node":
+                self.mirror.upsert_node(obj)
+            elif kind == "Pod":
+                self.mirror.upsert_pod(obj)
+            elif kind == "Workload":
+                self.mirror.upsert_group(GroupKind.WORKLOAD, obj)
+            elif kind == "PodGroup":
+                self.mirror.upsert_group(GroupKind.COSCHEDULING, obj)
+            else:
+                raise ValueError(f"unknown kind {kind!r}")
+
+
+def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0, cache_size: int = 4096,
+                cache_ttl: float = 300.0, clock: FakeClock | None = None, binder: FakeBinder | None = None,
+                bind_to_mirror: bool = False, bind_parallelism: int = 8) -> Harness:
+    """Mirror + FilterCache + GangLedger(fake clock, event log) + Engine(fake binder)."""
+    clock = clock or FakeClock()
+    mirror = ClusterMirror()
+    cache = FilterCache(cache_size, cache_ttl)
+    events = EventLog()
+    ledger = GangLedger(mirror, timeout_seconds=timeout_seconds, backoff_seconds=backoff_seconds, clock=clock,
+                        on_event=events)
+    binder = binder or FakeBinder()
+    if bind_to_mirror:
+        binder.mirror = mirror
+    engine = Engine(mirror, cache, ledger, binder, bind_parallelism=bind_parallelism, clock=clock)
+    return Harness(mirror, cache, ledger, engine, binder, clock, events)

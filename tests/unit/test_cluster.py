@@ -1,0 +1,249 @@
+"""ClusterMirror: capacity accounting, generations and the change log, relists, groups, reservations."""
+
+from __future__ import annotations
+
+import pytest
+
+from extender import cluster
+from extender.cluster import ClusterMirror
+from extender.model import GangKey, GangPolicy, GroupKind, GroupRef
+from tests.builders import coscheduling_podgroup, node, pod, workload
+
+GIB = 2**30
+
+
+def used(cpu: int, memory_gib: int, pods: int) -> dict[str, int]:
+    return {"cpu": cpu, "memory": memory_gib * GIB, "pods": pods}
+
+
+@pytest.fixture
+def m() -> ClusterMirror:
+    mirror = ClusterMirror()
+    for name in ("n1", "n2"):
+        mirror.upsert_node(node(name))
+    return mirror
+
+
+# ------------------------------------------------------------------------------------------ nodes
+def test_node_records_and_node_set_generation() -> None:
+    m = ClusterMirror()
+    m.upsert_node(node("n1", cpu="2", memory="4Gi", labels={"zone": "a"},
+                       taints=[{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]))
+    record = m.nodes["n1"]
+    assert record.allocatable == {"cpu": 2000, "memory": 4 * GIB, "pods": 110}
+    assert record.labels == {"zone": "a"}
+    assert [(t.key, t.value, t.effect) for t in record.taints] == [("gpu", "yes", "NoSchedule")]
+    assert m.node_set_generation == 1
+    generation = m.generation
+    m.upsert_node(node("n1", cpu="2", memory="4Gi", labels={"zone": "a"},
+                       taints=[{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]))
+    assert m.generation == generation, "an identical update changes nothing"
+    m.upsert_node(node("n1", cpu="2", memory="4Gi", labels={"zone": "b"}))
+    assert m.generation == generation + 1 and m.node_set_generation == 1  # relabel: not a resize
+    m.upsert_node(node("n1", cpu="3", memory="4Gi", labels={"zone": "b"}))
+    assert m.node_set_generation == 2
+    m.delete_node("n1")
+    m.delete_node("n1")  # deleting twice is harmless
+    assert m.nodes == {} and m.node_set_generation == 3
+
+
+# ------------------------------------------------------------------------------------ accounting
+def test_bound_pods_use_capacity_until_deleted_or_terminal(m: ClusterMirror) -> None:
+    web = pod("web", uid="u1", cpu="1", memory="2Gi", node="n1")
+    m.upsert_pod(web)
+    assert m.used("n1") == used(1000, 2, 1)
+    assert m.free("n1", None) == {"cpu": 3000, "memory": 14 * GIB, "pods": 109}
+    m.upsert_pod(pod("web", uid="u1", cpu="1", memory="2Gi", node="n1", phase="Succeeded"))
+    assert m.used("n1") == {}
+    m.upsert_pod(web)
+    assert m.used("n1") == used(1000, 2, 1)
+    m.delete_pod("u1")
+    m.delete_pod("u1")
+    assert m.used("n1") == {} and m.pod_count == 0
+    assert m.pod("default", "web") is None
+
+
+def test_moving_a_pod_moves_its_usage(m: ClusterMirror) -> None:
+    m.upsert_pod(pod("web", uid="u1", cpu="1", node="n1"))
+    m.upsert_pod(pod("web", uid="u1", cpu="1", node="n2"))
+    assert m.used("n1") == {} and m.used("n2") == used(1000, 1, 1)
+
+
+def test_assume_forget_and_bind_locally(m: ClusterMirror) -> None:
+    record = m.upsert_pod(pod("web", uid="u1", cpu="1"))
+    assert m.placement("u1") == "" and m.used("n1") == {}
+    m.assume("u1", "n1")
+    assert m.placement("u1") == "n1" and m.used("n1") == used(1000, 1, 1)
+    m.forget("u1")
+    m.forget("u1")  # forgetting twice is harmless
+    assert m.placement("u1") == "" and m.used("n1") == {}
+    m.assume("u1", "n2")
+    m.bind_locally("u1", "n2")
+    bound = m.pod("default", "web")
+    assert bound is not None and bound.node_name == "n2" and bound.requests == record.requests
+    m.forget("u1")  # the assumption became a binding: nothing to forget
+    assert m.used("n2") == used(1000, 1, 1) and m.used("n1") == {}
+    m.assume("u1", "n1")  # a bound pod cannot be assumed elsewhere
+    assert m.placement("u1") == "n2" and m.used("n1") == {}
+    m.assume("missing", "n1")
+    m.bind_locally("missing", "n1")
+    assert m.used("n1") == {}
+
+
+def test_watch_confirming_an_assumed_bind_is_not_counted_twice(m: ClusterMirror) -> None:
+    m.upsert_pod(pod("web", uid="u1", cpu="1"))
+    m.assume("u1", "n1")
+    m.upsert_pod(pod("web", uid="u1", cpu="1", node="n1"))
+    assert m.used("n1") == used(1000, 1, 1)
+    m.forget("u1")  # a late failure report cannot undo what the API server shows
+    assert m.used("n1") == used(1000, 1, 1) and m.placement("u1") == "n1"
+
+
+def test_watch_showing_another_node_than_assumed_wins(m: ClusterMirror) -> None:
+    m.upsert_pod(pod("web", uid="u1", cpu="1"))
+    m.assume("u1", "n1")
+    m.upsert_pod(pod("web", uid="u1", cpu="1", node="n2"))
+    assert m.used("n1") == {} and m.used("n2") == used(1000, 1, 1)
+    m.forget("u1")
+    assert m.used("n1") == {} and m.used("n2") == used(1000, 1, 1)
+    m.delete_pod("u1")
+    assert m.used("n2") == {}
+
+
+def test_recreated_pod_with_the_same_name_replaces_the_old_one(m: ClusterMirror) -> None:
+    m.upsert_group(GroupKind.COSCHEDULING, coscheduling_podgroup("g", 2))
+    m.upsert_pod(pod("w", uid="old", cpu="1", pod_group="g", node="n1"))
+    gang = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "g"))
+    assert m.member_count(gang) == 1
+    m.upsert_pod(pod("w", uid="new", cpu="2", pod_group="g"))
+    current = m.pod("default", "w")
+    assert current is not None and current.uid == "new"
+    assert m.pod_by_uid("old") is None and m.pod_count == 1
+    assert m.used("n1") == {}
+    assert [p.uid for p in m.members(gang)] == ["new"]
+    m.delete_pod("old")  # a late DELETE of the old uid must not remove the new pod
+    assert m.pod("default", "w") is not None
+
+
+def test_members_exclude_terminal_pods_and_are_sorted(m: ClusterMirror) -> None:
+    m.upsert_group(GroupKind.WORKLOAD, workload("job", {"workers": 2}))
+    for name in ("w-2", "w-0", "w-1"):
+        m.upsert_pod(pod(name, uid=f"u-{name}", workload="job", pod_group="workers"))
+    m.upsert_pod(pod("w-3", uid="u-w-3", workload="job", pod_group="workers", phase="Failed"))
+    gang = GangKey(GroupRef(GroupKind.WORKLOAD, "default", "job", "workers"))
+    assert [p.name for p in m.members(gang)] == ["w-0", "w-1", "w-2"]
+    assert m.member_count(gang) == 3 and list(m.gangs()) == [gang]
+    assert m.gang_policy(gang) == (True, GangPolicy(2))
+    m.upsert_pod(pod("w-0", uid="u-w-0", workload="job", pod_group="workers", phase="Succeeded"))
+    assert m.member_count(gang) == 2
+    for name in ("w-1", "w-2"):
+        m.delete_pod(f"u-{name}")
+    assert m.member_count(gang) == 0 and list(m.gangs()) == []
+
+
+def test_annotation_gang_policy_comes_from_its_pods(m: ClusterMirror) -> None:
+    gang = GangKey(GroupRef(GroupKind.ANNOTATION, "default", "g"))
+    assert m.gang_policy(gang) == (False, None)
+    m.upsert_pod(pod("a", annotations={"gang-extender.io/group": "g", "gang-extender.io/min-count": "2"}))
+    m.upsert_pod(pod("b", annotations={"gang-extender.io/group": "g", "gang-extender.io/min-count": "3"}))
+    assert m.gang_policy(gang) == (True, GangPolicy(3))
+
+
+# --------------------------------------------------------------------------------- change log
+def test_changed_since_lists_the_nodes_touched(m: ClusterMirror) -> None:
+    start = m.generation
+    assert m.changed_since(start) == set()
+    m.upsert_pod(pod("web", uid="u1", node="n1"))
+    middle = m.generation
+    m.assume("u1", "n2")  # no effect on a bound pod: nothing touched
+    assert m.generation == middle
+    m.upsert_node(node("n3"))
+    m.set_reservation(GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "g")), {"n2": {"cpu": 1000}})
+    assert m.changed_since(start) == {"n1", "n2", "n3"}
+    assert m.changed_since(middle) == {"n2", "n3"}
+    assert m.changed_since(m.generation) == set()
+    assert m.changed_since(m.generation + 5) == set()
+
+
+def test_changed_since_is_none_once_the_log_overflowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster, "CHANGE_LOG_SIZE", 4)
+    m = ClusterMirror()
+    m.upsert_node(node("n1"))
+    first = m.generation
+    for cpu in range(2, 8):
+        m.upsert_node(node(f"n{cpu}", cpu=str(cpu)))
+    assert m.changed_since(0) is None
+    assert m.changed_since(first) is None
+    # The last 4 changes are still in the log: a cache 4 generations behind refreshes incrementally.
+    assert m.changed_since(m.generation - 4) == {"n4", "n5", "n6", "n7"}
+    assert m.changed_since(m.generation - 5) is None
+
+
+# ------------------------------------------------------------------------------------------ relists
+def test_replace_nodes_removes_missing_and_skips_malformed(m: ClusterMirror) -> None:
+    m.upsert_pod(pod("web", uid="u1", node="n1"))
+    m.replace_nodes([node("n2", cpu="8"), node("n3"), {"metadata": {}},
+                     node("bad", cpu="lots")])
+    assert sorted(m.nodes) == ["n2", "n3"]
+    assert m.nodes["n2"].allocatable["cpu"] == 8000
+    assert m.rejected_objects == 2
+    assert m.pod("default", "web") is not None  # pods on a deleted node stay until the pod watch says so
+
+
+def test_replace_pods_removes_missing_and_skips_malformed(m: ClusterMirror) -> None:
+    m.upsert_pod(pod("gone", uid="u-gone", node="n1"))
+    m.upsert_pod(pod("kept", uid="u-kept", node="n2"))
+    m.replace_pods([
+        pod("kept", uid="u-kept", node="n2"),
+        pod("new", uid="u-new", node="n2", cpu="2"),
+        {"metadata": {"namespace": "default"}},                                   # no name
+        pod("badcpu", cpu="lots"),                                                 # bad quantity
+        pod("badgang", annotations={"gang-extender.io/group": "g"}),              # gang without min-count
+    ])
+    assert m.rejected_objects == 3
+    assert m.pod("default", "gone") is None and m.used("n1") == {}
+    assert m.used("n2") == used(3000, 2, 2)
+    assert m.pod_count == 2
+
+
+def test_replace_groups_only_touches_its_kind(m: ClusterMirror) -> None:
+    m.upsert_group(GroupKind.WORKLOAD, workload("job", {"workers": 2, "launcher": None}))
+    m.upsert_group(GroupKind.COSCHEDULING, coscheduling_podgroup("pg", 3))
+    m.upsert_group(GroupKind.COSCHEDULING, coscheduling_podgroup("old", 3))
+    m.replace_groups(GroupKind.COSCHEDULING, [coscheduling_podgroup("pg", 4), {"metadata": {}},
+                                              coscheduling_podgroup("zero", 0)])
+    assert m.rejected_objects == 2
+    assert m.gang_policy(GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "pg"))) == (True, GangPolicy(4))
+    assert m.gang_policy(GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "old"))) == (False, None)
+    workers = GangKey(GroupRef(GroupKind.WORKLOAD, "default", "job", "workers"))
+    launcher = GangKey(GroupRef(GroupKind.WORKLOAD, "default", "job", "launcher"))
+    assert m.gang_policy(workers) == (True, GangPolicy(2))
+    assert m.gang_policy(launcher) == (True, None)
+    # Editing a Workload that drops a pod group forgets it; deleting the Workload forgets all.
+    m.upsert_group(GroupKind.WORKLOAD, workload("job", {"workers": 3}))
+    assert m.gang_policy(workers) == (True, GangPolicy(3)) and m.gang_policy(launcher) == (False, None)
+    m.delete_group(GroupKind.WORKLOAD, "default", "job")
+    assert m.gang_policy(workers) == (False, None)
+
+
+# ------------------------------------------------------------------------------------ reservations
+def test_reservations_are_free_only_for_their_own_gang(m: ClusterMirror) -> None:
+    a = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "a"))
+    b = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "b"))
+    m.upsert_pod(pod("web", uid="u1", cpu="1", node="n1"))
+    m.set_reservation(a, {"n1": {"cpu": 2000, "pods": 1}})
+    assert m.free("n1", a)["cpu"] == 3000
+    assert m.free("n1", a, include_own_reservation=False)["cpu"] == 1000
+    assert m.free("n1", b)["cpu"] == 1000
+    assert m.free("n1", None)["cpu"] == 1000
+    assert m.own_reservation("n1", a) == {"cpu": 2000, "pods": 1}
+    assert m.own_reservation("n1", b) is None and m.own_reservation("n2", a) is None
+    assert m.reservation(a) == {"n1": {"cpu": 2000, "pods": 1}}
+    generation = m.generation
+    m.set_reservation(a, {"n1": {"cpu": 2000, "pods": 1}})
+    assert m.generation == generation, "an unchanged reservation touches nothing"
+    m.set_reservation(a, {"n2": {"cpu": 1000}})
+    assert m.reservation(a) == {"n2": {"cpu": 1000}}
+    assert m.changed_since(generation) == {"n1", "n2"}
+    m.set_reservation(a, {})
+    assert m.reservation(a) == {} and m.free("n2", None)["cpu"] == 4000

@@ -1,0 +1,597 @@
+"""Engine use cases end to end over a real mirror, cache and ledger, with a fake binder and clock.
+
+Covers the gang semantics of DESIGN.md: quorum gate, admission and deadlock avoidance, steering,
+the bind barrier, timeout and back-off, fail fast, bind errors and replica keys.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from extender.protocol import FilterResult
+from tests.builders import (
+    Harness,
+    bind_args,
+    coscheduling_podgroup,
+    filter_args,
+    make_engine,
+    node,
+    pod,
+    workload,
+)
+
+NODES4 = ["n1", "n2", "n3", "n4"]
+
+
+@pytest.fixture
+def h() -> Iterator[Harness]:
+    harness = make_engine(timeout_seconds=30.0, backoff_seconds=10.0)
+    yield harness
+    harness.close()
+
+
+def nodes(harness: Harness, names: Sequence[str], cpu: str = "4") -> None:
+    harness.add(*(node(name, cpu=cpu) for name in names))
+
+
+def gang_pods(name: str, count: int, cpu: str = "3", start: int = 0) -> list[dict[str, Any]]:
+    return [pod(f"{name}-{i}", cpu=cpu, pod_group=name) for i in range(start, start + count)]
+
+
+def unresolvable(names: Sequence[str], message: str) -> FilterResult:
+    return FilterResult([], {}, dict.fromkeys(names, message))
+
+
+def resolvable(names: Sequence[str], message: str) -> FilterResult:
+    return FilterResult([], dict.fromkeys(names, message), {})
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.002)
+
+
+class Binds:
+    """Runs engine.bind calls in threads (they may be held at the barrier) and collects the answers."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.harness = harness
+        self.results: dict[str, str] = {}
+        self.threads: list[threading.Thread] = []
+
+    def start(self, raw_pod: dict[str, Any], node_name: str) -> threading.Thread:
+        name = raw_pod["metadata"]["name"]
+
+        def run() -> None:
+            self.results[name] = self.harness.engine.bind(bind_args(raw_pod, node_name))
+
+        thread = threading.Thread(target=run, name=f"bind-{name}")
+        thread.start()
+        self.threads.append(thread)
+        return thread
+
+    def join(self, timeout: float = 5.0) -> dict[str, str]:
+        for thread in self.threads:
+            thread.join(timeout)
+            assert not thread.is_alive(), f"{thread.name} still blocked"
+        return self.results
+
+
+@pytest.fixture
+def binds(h: Harness) -> Iterator[Binds]:
+    runner = Binds(h)
+    yield runner
+    # Never leave a held bind behind: time the gang out, open the binder, join.
+    h.binder.gate.set()
+    h.clock.advance(10_000)
+    h.ledger.sweep()
+    runner.join()
+
+
+# ----------------------------------------------------------------------------------- quorum gate
+def test_quorum_waits_for_the_podgroup_object(h: Harness) -> None:
+    nodes(h, NODES4)
+    members = gang_pods("train", 4)
+    h.add(*members)
+    assert h.engine.filter(filter_args(members[0], NODES4)) == unresolvable(
+        NODES4, "waiting for gang default/train: PodGroup default/train does not exist")
+
+
+def test_quorum_waits_for_the_workload_pod_group(h: Harness) -> None:
+    nodes(h, NODES4)
+    member = pod("w-0", workload="job", pod_group="workers")
+    h.add(member, workload("job", {"launcher": 1}))  # the Workload exists but not this pod group
+    assert h.engine.filter(filter_args(member, NODES4)) == unresolvable(
+        NODES4, "waiting for gang default/job/workers: Workload default/job pod group 'workers' does not exist")
+
+
+def test_quorum_counts_member_pods_until_min_count_exist(h: Harness) -> None:
+    nodes(h, NODES4)
+    members = gang_pods("train", 4)
+    h.add(coscheduling_podgroup("train", 4), *members[:3])
+    for member in members[:3]:
+        assert h.engine.filter(filter_args(member, NODES4)) == unresolvable(
+            NODES4, "waiting for gang default/train: 3/4 pods exist")
+    h.add(members[3])
+    result = h.engine.filter(filter_args(members[0], NODES4))
+    assert result.feasible == NODES4
+    assert result.failed == {} and result.failed_unresolvable == {}
+
+
+def test_quorum_ignores_terminal_members(h: Harness) -> None:
+    nodes(h, NODES4)
+    members = gang_pods("train", 3)
+    done = pod("train-done", cpu="3", pod_group="train", phase="Succeeded")
+    h.add(coscheduling_podgroup("train", 4), *members, done)
+    assert h.engine.filter(filter_args(members[0], NODES4)) == unresolvable(
+        NODES4, "waiting for gang default/train: 3/4 pods exist")
+
+
+def test_quorum_counts_the_request_pod_before_the_watch_delivers_it(h: Harness) -> None:
+    """The scheduler may ask about a pod the mirror has not seen yet: it counts, and is planned for."""
+    nodes(h, NODES4)
+    members = gang_pods("train", 4)
+    h.add(coscheduling_podgroup("train", 4), *members[:3])
+    result = h.engine.filter(filter_args(members[3], NODES4))  # members[3] is not in the mirror
+    assert result.feasible == NODES4
+    gang = h.mirror.pod("default", "train-0").gang
+    assert gang is not None
+    reserved = h.mirror.reservation(gang)
+    assert sorted(reserved) == NODES4, "all 4 members must be reserved for, not only the 3 the mirror knows"
+    assert h.events.of("GangAdmitted")[0][3] == "gang default/train admitted: capacity reserved for 4 more member(s)"
+
+
+def test_basic_workload_pod_group_is_not_a_gang(h: Harness) -> None:
+    nodes(h, NODES4)
+    member = pod("svc-0", workload="app", pod_group="web")
+    h.add(workload("app", {"web": None}), member)
+    assert h.engine.filter(filter_args(member, NODES4)) == FilterResult(NODES4, {}, {})
+
+
+def test_annotation_gang_uses_the_policy_on_its_pods(h: Harness) -> None:
+    nodes(h, NODES4)
+    annotations = {"gang-extender.io/group": "g", "gang-extender.io/min-count": "2"}
+    first = pod("g-0", annotations=annotations)
+    h.add(first)
+    # The request pod counts itself: one pod in the mirror is 1/2, a second one passes the gate.
+    assert h.engine.filter(filter_args(first, NODES4)) == unresolvable(
+        NODES4, "waiting for gang default/g: 1/2 pods exist")
+    h.add(pod("g-1", annotations=annotations))
+    # Admitted: both 1-cpu members are reserved on n1 (gangs are packed), so n1 is preferred.
+    assert h.engine.filter(filter_args(first, NODES4)) == FilterResult(
+        ["n1"], dict.fromkeys(NODES4[1:], "gang default/g's reserved capacity is on other nodes"), {})
+
+
+def test_invalid_gang_link_is_unresolvable(h: Harness) -> None:
+    nodes(h, NODES4)
+    broken = pod("bad", annotations={"gang-extender.io/group": "g"})
+    assert h.engine.filter(filter_args(broken, NODES4)) == unresolvable(
+        NODES4, "invalid gang: pod has gang-extender.io/group but no gang-extender.io/min-count annotation")
+
+
+# ------------------------------------------------------------------- admission and deadlock avoidance
+def test_admission_reserves_capacity_and_blocks_a_competing_gang(h: Harness) -> None:
+    nodes(h, NODES4)
+    a, b = gang_pods("a", 4), gang_pods("b", 4)
+    h.add(coscheduling_podgroup("a", 4), coscheduling_podgroup("b", 4), *a, *b)
+
+    assert h.engine.filter(filter_args(a[0], NODES4)) == FilterResult(NODES4, {}, {})
+    gang_a = h.mirror.pod("default", "a-0").gang
+    assert gang_a is not None
+    slot = {"cpu": 3000, "memory": 2**30, "pods": 1}
+    assert h.mirror.reservation(gang_a) == dict.fromkeys(NODES4, slot)
+    assert h.ledger.admitted_count() == 1
+    assert h.events.of("GangAdmitted") == [
+        (("a-3", "a-2", "a-1", "a-0"), "Normal", "GangAdmitted",
+         "gang default/a admitted: capacity reserved for 4 more member(s)")]
+
+    # B cannot be admitted while A holds its reservation: it waits (resolvable), it does not grab half.
+    message = ("waiting for capacity for gang default/b: 0/4 remaining members fit; "
+               "no node has cpu=3 free (largest free falls short by cpu=2)")
+    for member in b:
+        assert h.engine.filter(filter_args(member, NODES4)) == resolvable(NODES4, message)
+    gang_b = h.mirror.pod("default", "b-0").gang
+    assert gang_b is not None
+    assert h.mirror.reservation(gang_b) == {}
+    assert h.ledger.admitted_count() == 1
+    # A's other members pass (the gang is admitted once, atomically).
+    for member in a[1:]:
+        assert h.engine.filter(filter_args(member, NODES4)).feasible == NODES4
+
+
+def test_non_gang_pods_cannot_use_reserved_capacity(h: Harness) -> None:
+    nodes(h, NODES4)
+    a = gang_pods("a", 4)
+    h.add(coscheduling_podgroup("a", 4), *a)
+    assert h.engine.filter(filter_args(a[0], NODES4)).feasible == NODES4
+
+    small = pod("web", cpu="1")
+    assert h.engine.filter(filter_args(small, NODES4)) == FilterResult(NODES4, {}, {})
+    big = pod("batch", cpu="2")
+    assert h.engine.filter(filter_args(big, NODES4)) == resolvable(
+        NODES4, "Insufficient cpu: capacity is reserved for other gangs")
+    # A pod that would not fit even without the reservation gets the plain message.
+    huge = pod("huge", cpu="5")
+    assert h.engine.filter(filter_args(huge, NODES4)) == resolvable(NODES4, "Insufficient cpu")
+
+
+def test_admitted_members_are_steered_to_reserved_nodes(h: Harness) -> None:
+    names = [*NODES4, "n5"]
+    nodes(h, names)
+    a = gang_pods("a", 4)
+    h.add(coscheduling_podgroup("a", 4), *a)
+    expected = FilterResult(NODES4, {"n5": "gang default/a's reserved capacity is on other nodes"}, {})
+    assert h.engine.filter(filter_args(a[0], names)) == expected
+    assert h.engine.filter(filter_args(a[1], names)) == expected  # served from the cache
+    assert h.cache.hits >= 1
+    # Without any reserved node among the candidates, any node with room passes.
+    assert h.engine.filter(filter_args(a[2], ["n5"])) == FilterResult(["n5"], {}, {})
+    assert h.engine.prioritize(filter_args(a[0], names)) == [
+        ("n1", 10), ("n2", 10), ("n3", 10), ("n4", 10), ("n5", 0)]
+    assert h.engine.prioritize(filter_args(pod("web"), names)) == [(n, 0) for n in names]
+    # The unreserved node can take one more 3-cpu member of another gang, not four.
+    b = gang_pods("b", 4)
+    h.add(coscheduling_podgroup("b", 4), *b)
+    assert h.engine.filter(filter_args(b[0], names)) == resolvable(names, (
+        "waiting for capacity for gang default/b: 1/4 remaining members fit; "
+        "no node has cpu=3 free (largest free falls short by cpu=2)"))
+
+
+def test_waiting_gang_is_admitted_once_the_competing_gang_finishes(h: Harness, binds: Binds) -> None:
+    nodes(h, NODES4)
+    a, b = gang_pods("a", 4), gang_pods("b", 4)
+    h.add(coscheduling_podgroup("a", 4), coscheduling_podgroup("b", 4), *a, *b)
+    assert h.engine.filter(filter_args(a[0], NODES4)).feasible == NODES4
+    assert h.engine.filter(filter_args(b[0], NODES4)).feasible == []
+    for member, target in zip(a, NODES4, strict=True):
+        binds.start(member, target)
+    assert binds.join() == dict.fromkeys((p["metadata"]["name"] for p in a), "")
+    gang_a = h.mirror.pod("default", "a-0").gang
+    assert gang_a is not None and h.mirror.reservation(gang_a) == {}
+    # A's members now use the capacity instead of its reservation: B still waits.
+    assert h.engine.filter(filter_args(b[0], NODES4)).failed["n1"].startswith(
+        "waiting for capacity for gang default/b: 0/4 remaining members fit")
+    for member, target in zip(a, NODES4, strict=True):  # the watch reports the binds, then completion
+        h.add({**member, "spec": {**member["spec"], "nodeName": target}})
+    assert h.engine.filter(filter_args(b[0], NODES4)).feasible == []
+    for member, target in zip(a, NODES4, strict=True):
+        h.add({**member, "spec": {**member["spec"], "nodeName": target}, "status": {"phase": "Succeeded"}})
+    assert all(h.mirror.used(n) == {} for n in NODES4)
+    assert h.engine.filter(filter_args(b[0], NODES4)).feasible == NODES4
+    assert h.ledger.admitted_count() == 1
+
+
+# ------------------------------------------------------------------------------------------ barrier
+def test_barrier_holds_binds_until_quorum(h: Harness, binds: Binds) -> None:
+    nodes(h, NODES4)
+    a = gang_pods("a", 4)
+    h.add(coscheduling_podgroup("a", 4), *a)
+    assert h.engine.filter(filter_args(a[0], NODES4)).feasible == NODES4
+
+    for count, (member, target) in enumerate(zip(a[:3], NODES4, strict=False), start=1):
+        binds.start(member, target)
+        wait_until(lambda count=count: h.ledger.held_count() == count)
+        assert h.binder.calls == [], "no member may be bound before quorum"
+    state = h.ledger.state(h.mirror.pod("default", "a-0").gang)  # type: ignore[arg-type]
+    assert state is not None and state.last_message == "holding 3 bind(s); 3/4 members placed"
+    assert binds.results == {}
+    assert sorted(h.mirror.placement(p["metadata"]["uid"]) for p in a[:3]) == ["n1", "n2", "n3"]
+
+    binds.start(a[3], "n4")
+    assert binds.join() == {"a-0": "", "a-1": "", "a-2": "", "a-3": ""}
+    assert sorted(h.binder.calls) == [
+        ("default", f"a-{i}", a[i]["metadata"]["uid"], f"n{i + 1}") for i in range(4)]
+    assert h.ledger.held_count() == 0
+    gang = h.mirror.pod("default", "a-0").gang
+    assert gang is not None and h.mirror.reservation(gang) == {}
+    assert h.ledger.counters["completed"] == 1
+    assert [e[2:] for e in h.events.of("GangBound")] == [
+        ("GangBound", "gang default/a: 4 member(s) bound together at quorum")]
+
+
+def test_members_beyond_min_count_bind_at_once(h: Harness, binds: Binds) -> None:
+    nodes(h, [*NODES4, "n5", "n6"])
+    a = gang_pods("a", 6)
+    h.add(coscheduling_podgroup("a", 4), *a)
+    for member, target in zip(a[:4], NODES4, strict=True):
+        binds.start(member, target)
+    assert set(binds.join().values()) == {""}
+    assert len(h.binder.calls) == 4
+    # The 5th and 6th members are not held: they bind in the calling thread.
+    assert h.engine.bind(bind_args(a[4], "n5")) == ""
+    assert h.binder.calls[-1] == ("default", "a-4", a[4]["metadata"]["uid"], "n5")
+    assert h.engine.filter(filter_args(a[5], ["n6"])).feasible == ["n6"]
+    assert h.engine.bind(bind_args(a[5], "n6")) == ""
+    assert len(h.binder.calls) == 6
+    assert h.ledger.held_count() == 0
+
+
+def test_member_arriving_while_the_quorum_is_being_bound_is_not_held(h: Harness, binds: Binds) -> None:
+    nodes(h, ["n1", "n2", "n3"])
+    a = gang_pods("a", 3, cpu="1")
+    h.add(coscheduling_podgroup("a", 2), *a)
+    h.binder.gate.clear()  # the API server is slow: the released quorum is still being bound
+    binds.start(a[0], "n1")
+    binds.start(a[1], "n2")
+    assert h.binder.entered.acquire(timeout=2)
+    third = binds.start(a[2], "n3")
+    assert h.binder.entered.acquire(timeout=2), "the member past minCount must go straight to the binder"
+    h.binder.gate.set()
+    third.join(2)
+    assert binds.join() == {"a-0": "", "a-1": "", "a-2": ""}
+    assert h.ledger.counters["timeouts"] == 0
+
+
+def test_non_gang_pod_binds_at_once(h: Harness) -> None:
+    nodes(h, NODES4)
+    web = pod("web", cpu="1")
+    h.add(web)
+    assert h.engine.bind(bind_args(web, "n2")) == ""
+    assert h.binder.calls == [("default", "web", web["metadata"]["uid"], "n2")]
+    assert h.mirror.placement(web["metadata"]["uid"]) == "n2"
+    assert h.mirror.used("n2") == {"cpu": 1000, "memory": 2**30, "pods": 1}
+
+
+# ------------------------------------------------------------------------------- timeout, back-off
+def test_timeout_answers_every_held_bind_and_backs_off(h: Harness, binds: Binds) -> None:
+    nodes(h, NODES4)
+    a = gang_pods("a", 4)
+    h.add(coscheduling_podgroup("a", 4), *a)
+    gang = h.mirror.pod("default", "a-0").gang
+    assert gang is not None
+    assert h.engine.filter(filter_args(a[0], NODES4)).feasible == NODES4
+    for member, target in zip(a[:3], NODES4, strict=False):
+        binds.start(member, target)
+    wait_until(lambda: h.ledger.held_count() == 3)
+    h.clock.advance(29.9)
+    h.ledger.sweep()
+    assert h.ledger.held_count() == 3  # not yet
+
+    h.clock.advance(0.2)
+    h.ledger.sweep()
+    message = ("gang default/a timed out after 30s with 3 member(s) held of 4 needed; "
+               "released its reservation and backing off")
+    assert binds.join() == dict.fromkeys(("a-0", "a-1", "a-2"), message)
+    assert h.binder.calls == []
+    assert all(h.mirror.placement(p["metadata"]["uid"]) == "" for p in a)
+    assert all(h.mirror.used(n) == {} for n in NODES4)
+    assert h.mirror.reservation(gang) == {}
+    assert h.ledger.held_count() == 0 and h.ledger.admitted_count() == 0
+    assert h.ledger.counters["timeouts"] == 1
+    timeouts = h.events.of("GangTimeout")
+    assert timeouts == [(("a-0", "a-1", "a-2", "a-3"), "Warning", "GangTimeout", message)]
+
+    # Backing off: resolvable, so other gangs can use the capacity.
+    assert h.engine.filter(filter_args(a[3], NODES4)) == resolvable(
+        NODES4, "gang default/a is backing off for 10s after 1 timeout(s) so other gangs can proceed")
+    assert h.engine.filter(filter_args(pod("web", cpu="4"), NODES4)).feasible == NODES4
+    h.clock.advance(10)
+    assert h.engine.filter(filter_args(a[3], NODES4)).feasible == NODES4
+    assert h.mirror.reservation(gang) == {n: {"cpu": 3000, "memory": 2**30, "pods": 1} for n in NODES4}
+    assert len(h.events.of("GangAdmitted")) == 2
+
+
+def test_back_off_doubles_per_consecutive_timeout(h: Harness, binds: Binds) -> None:
+    nodes(h, NODES4)
+    a = gang_pods("a", 2, cpu="1")
+    h.add(coscheduling_podgroup("a", 2), *a)
+    for attempt, backoff in ((1, 10), (2, 20)):
+        binds.start(a[0], "n1")
+        wait_until(lambda: h.ledger.held_count() == 1)
+        h.clock.advance(30)
+        h.ledger.sweep()
+        binds.join()
+        assert binds.results["a-0"].startswith("gang default/a timed out after 30s with 1 member(s) held of 2")
+        assert h.engine.filter(filter_args(a[1], NODES4)) == resolvable(
+            NODES4, f"gang default/a is backing off for {backoff}s after {attempt} timeout(s) so other gangs "
+            "can proceed")
+        h.clock.advance(backoff)
+        binds.threads.clear()
+
+
+def test_per_gang_timeout_from_the_podgroup(h: Harness, binds: Binds) -> None:
+    nodes(h, NODES4)
+    a = gang_pods("a", 2, cpu="1")
+    h.add(coscheduling_podgroup("a", 2, timeout=5), *a)
+    binds.start(a[0], "n1")
+    wait_until(lambda: h.ledger.held_count() == 1)
+    h.clock.advance(5)
+    h.ledger.sweep()
+    assert binds.join() == {"a-0": "gang default/a timed out after 5s with 1 member(s) held of 2 needed; "
+                                    "released its reservation and backing off"}
+
+
+def test_admitted_gang_without_binds_expires(h: Harness) -> None:
+    nodes(h, NODES4)
+    a = gang_pods("a", 4)
+    h.add(coscheduling_podgroup("a", 4), *a)
+    gang = h.mirror.pod("default", "a-0").gang
+    assert gang is not None
+    assert h.engine.filter(filter_args(a[0], NODES4)).feasible == NODES4
+    assert h.mirror.reservation(gang) != {}
+    h.clock.advance(30)
+    h.ledger.sweep()
+    assert h.mirror.reservation(gang) == {}
+    assert h.events.reasons() == ["GangAdmitted", "GangTimeout"]
+    assert h.engine.filter(filter_args(pod("web", cpu="4"), NODES4)).feasible == NODES4
+
+
+def test_real_clock_timeout_is_bounded() -> None:
+    """With the real clock, held binds answer on their own once the (short) gang timeout passes."""
+    harness = make_engine(timeout_seconds=0.2, backoff_seconds=0.1)
+    harness.ledger.clock = harness.engine.clock = time.monotonic
+    try:
+        nodes(harness, NODES4)
+        a = gang_pods("a", 4)
+        harness.add(coscheduling_podgroup("a", 4), *a)
+        runner = Binds(harness)
+        started = time.monotonic()
+        for member, target in zip(a[:3], NODES4, strict=False):
+            runner.start(member, target)
+        results = runner.join(timeout=3)
+        elapsed = time.monotonic() - started
+        assert set(results) == {"a-0", "a-1", "a-2"}
+        assert all("timed out" in r for r in results.values())
+        assert 0.15 <= elapsed < 1.5
+        assert harness.binder.calls == []
+    finally:
+        harness.close()
+
+
+# ---------------------------------------------------------------------------------------- fail fast
+def test_gang_that_can_never_fit_fails_fast(h: Harness) -> None:
+    nodes(h, NODES4)
+    big = gang_pods("big", 8)
+    h.add(coscheduling_podgroup("big", 8), *big)
+    message = ("gang default/big can never fit this cluster: only 4 of 8 members fit on 4 nodes even when they "
+               "are empty; no node has cpu=3 free (largest free falls short by cpu=2)")
+    assert h.engine.filter(filter_args(big[0], NODES4)) == unresolvable(NODES4, message)
+    assert h.engine.filter(filter_args(big[1], NODES4)) == unresolvable(NODES4, message)
+    never = h.events.of("GangNeverFits")
+    assert len(never) == 1, "one event per verdict, not one per filter"
+    assert never[0][1:] == ("Warning", "GangNeverFits", message)
+    assert sorted(never[0][0]) == sorted(p["metadata"]["name"] for p in big)
+    assert h.ledger.counters["never_fits"] == 1
+
+    more = ["n5", "n6", "n7", "n8"]
+    nodes(h, more)
+    assert h.engine.filter(filter_args(big[0], [*NODES4, *more])).feasible == [*NODES4, *more]
+    assert h.ledger.admitted_count() == 1
+
+
+def test_never_fits_considers_node_selectors(h: Harness) -> None:
+    h.add(node("n1", labels={"zone": "a"}), node("n2", labels={"zone": "b"}))
+    members = [pod(f"z-{i}", cpu="3", pod_group="z", node_selector={"zone": "a"}) for i in range(2)]
+    h.add(coscheduling_podgroup("z", 2), *members)
+    assert h.engine.filter(filter_args(members[0], ["n1", "n2"])) == unresolvable(["n1", "n2"], (
+        "gang default/z can never fit this cluster: only 1 of 2 members fit on 2 nodes even when they are "
+        "empty; no node has cpu=3 free (largest free falls short by cpu=2)"))
+
+
+# -------------------------------------------------------------------------------------- bind errors
+def test_bind_error_of_one_member_at_quorum(h: Harness, binds: Binds) -> None:
+    nodes(h, NODES4)
+    a = gang_pods("a", 4)
+    h.add(coscheduling_podgroup("a", 4), *a)
+    h.binder.fail["a-2"] = "the API server said no"
+    for member, target in zip(a, NODES4, strict=True):
+        binds.start(member, target)
+    assert binds.join() == {"a-0": "", "a-1": "", "a-3": "",
+                            "a-2": "binding pod default/a-2 to n3 failed: the API server said no"}
+    assert len(h.binder.calls) == 4
+    assert h.mirror.placement(a[2]["metadata"]["uid"]) == ""  # the failed assumption is forgotten
+    assert h.mirror.used("n3") == {}
+    assert h.ledger.counters["bind_errors"] == 1
+    assert h.events.of("GangBound")[0][3] == "gang default/a: 3 member(s) bound together at quorum"
+    # The failed member is retried later and binds at once (3 of 4 are placed, it completes the gang).
+    h.binder.fail.clear()
+    assert h.engine.filter(filter_args(a[2], NODES4)).feasible == ["n3"]
+
+
+def test_immediate_bind_error_forgets_the_assumption(h: Harness) -> None:
+    nodes(h, NODES4)
+    web = pod("web", cpu="1")
+    h.add(web)
+    h.binder.fail["web"] = "connection refused"
+    assert h.engine.bind(bind_args(web, "n1")) == "binding pod default/web to n1 failed: connection refused"
+    assert h.mirror.placement(web["metadata"]["uid"]) == ""
+    assert h.mirror.used("n1") == {}
+
+
+def test_bind_with_a_stale_uid_is_refused(h: Harness) -> None:
+    nodes(h, NODES4)
+    web = pod("web", uid="new-uid")
+    h.add(web)
+    assert h.engine.bind(bind_args(web, "n1", uid="old-uid")) == (
+        "pod default/web has uid new-uid, not old-uid: it was re-created")
+    assert h.binder.calls == []
+
+
+def test_bind_of_a_pod_already_bound_elsewhere_is_refused(h: Harness) -> None:
+    nodes(h, NODES4)
+    web = pod("web", node="n2")
+    h.add(web)
+    assert h.engine.bind(bind_args(web, "n1")) == "pod default/web is already bound to n2"
+    assert h.engine.bind(bind_args(web, "n2")) == ""  # idempotent for the same node
+    assert h.binder.calls == []
+
+
+def test_bind_to_a_node_without_room_is_refused_before_the_api(h: Harness) -> None:
+    nodes(h, NODES4)
+    h.add(pod("hog", cpu="3", node="n1"))
+    web = pod("web", cpu="2")
+    h.add(web)
+    assert h.engine.bind(bind_args(web, "n1")) == (
+        "node n1 no longer has room for pod default/web: insufficient cpu (needs cpu=2, free cpu=1)")
+    assert h.engine.bind(bind_args(web, "n9")) == "node n9 is not known to the extender"
+    assert h.binder.calls == []
+    assert h.mirror.placement(web["metadata"]["uid"]) == ""
+
+
+def test_bind_of_a_gang_member_into_another_gangs_reservation_is_refused(h: Harness) -> None:
+    nodes(h, NODES4)
+    a, b = gang_pods("a", 4), gang_pods("b", 2, cpu="2")
+    h.add(coscheduling_podgroup("a", 4), coscheduling_podgroup("b", 2), *a, *b)
+    assert h.engine.filter(filter_args(a[0], NODES4)).feasible == NODES4
+    assert h.engine.bind(bind_args(b[0], "n1")) == (
+        "node n1 no longer has room for pod default/b-0: insufficient cpu (needs cpu=2, free cpu=1)")
+    assert h.ledger.held_count() == 0 and h.binder.calls == []
+
+
+def test_bind_reads_a_pod_the_mirror_has_not_seen(h: Harness) -> None:
+    nodes(h, NODES4)
+    web = pod("web")
+    assert h.engine.bind(bind_args(web, "n1")) == "pod default/web does not exist"
+    h.binder.pods[("default", "web")] = web
+    assert h.engine.bind(bind_args(web, "n1")) == ""
+    assert h.binder.reads == [("default", "web"), ("default", "web")]
+    assert h.binder.calls == [("default", "web", web["metadata"]["uid"], "n1")]
+
+
+def test_second_bind_of_a_held_member_is_refused(h: Harness, binds: Binds) -> None:
+    nodes(h, NODES4)
+    a = gang_pods("a", 2, cpu="1")
+    h.add(coscheduling_podgroup("a", 2), *a)
+    binds.start(a[0], "n1")
+    wait_until(lambda: h.ledger.held_count() == 1)
+    assert h.engine.bind(bind_args(a[0], "n1")) == "pod default/a-0 is already waiting at its gang barrier"
+    binds.start(a[1], "n2")
+    assert binds.join() == {"a-0": "", "a-1": ""}
+
+
+# ------------------------------------------------------------------------------------- replica keys
+def test_replicas_of_a_workload_pod_group_are_independent_gangs(h: Harness, binds: Binds) -> None:
+    nodes(h, NODES4)
+    h.add(workload("job", {"workers": 2}))
+    r0 = [pod(f"r0-{i}", cpu="1", workload="job", pod_group="workers", replica="0") for i in range(2)]
+    r1 = [pod(f"r1-{i}", cpu="1", workload="job", pod_group="workers", replica="1") for i in range(2)]
+    h.add(*r0, r1[0])
+    assert h.engine.filter(filter_args(r0[0], NODES4)).feasible == ["n1"]  # both members reserved on n1
+    assert h.engine.filter(filter_args(r1[0], NODES4)) == unresolvable(
+        NODES4, "waiting for gang default/job/workers[1]: 1/2 pods exist")
+    gang0 = h.mirror.pod("default", "r0-0").gang
+    gang1 = h.mirror.pod("default", "r1-0").gang
+    assert gang0 is not None and gang1 is not None and gang0 != gang1
+    assert h.mirror.reservation(gang0) == {"n1": {"cpu": 2000, "memory": 2 * 2**30, "pods": 2}}
+    assert h.mirror.reservation(gang1) == {}
+
+    # Replica 0 completes its barrier on its own; replica 1's held member is not part of it.
+    binds.start(r1[0], "n3")
+    wait_until(lambda: h.ledger.held_count() == 1)
+    binds.start(r0[0], "n1")
+    binds.start(r0[1], "n2")
+    wait_until(lambda: {"r0-0", "r0-1"} <= set(binds.results))  # replica 0 answered
+    assert sorted(c[1] for c in h.binder.calls) == ["r0-0", "r0-1"]
+    assert h.ledger.held_count() == 1
+    h.add(r1[1])
+    binds.start(r1[1], "n4")
+    assert binds.join() == {"r0-0": "", "r0-1": "", "r1-0": "", "r1-1": ""}
+    assert h.ledger.counters["completed"] == 2

@@ -1,0 +1,260 @@
+"""GangLedger on its own: admission, bind decisions, release, expiry and sweep (no engine, no threads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.cluster import ClusterMirror
+from extender.ledger import BindAction, GangLedger
+from extender.model import PASS, Code, GangKey, GangPolicy, GroupKind, PodRecord, Verdict
+from tests.builders import EventLog, FakeClock, coscheduling_podgroup, node, pod
+
+NODES4 = ["n1", "n2", "n3", "n4"]
+SLOT = {"cpu": 3000, "memory": 2**30, "pods": 1}
+POLICY = GangPolicy(4)
+
+
+class World:
+    def __init__(self, *, timeout: float = 30.0, backoff: float = 10.0, max_backoff: float = 300.0) -> None:
+        self.clock = FakeClock()
+        self.events = EventLog()
+        self.mirror = ClusterMirror()
+        self.ledger = GangLedger(self.mirror, timeout_seconds=timeout, backoff_seconds=backoff,
+                                 max_backoff_seconds=max_backoff, clock=self.clock, on_event=self.events)
+        for name in NODES4:
+            self.mirror.upsert_node(node(name))
+
+    def gang(self, name: str, count: int, min_count: int = 4, cpu: str = "3") -> list[PodRecord]:
+        self.mirror.upsert_group(GroupKind.COSCHEDULING, coscheduling_podgroup(name, min_count))
+        return [self.mirror.upsert_pod(pod(f"{name}-{i}", cpu=cpu, pod_group=name)) for i in range(count)]
+
+    def add(self, raw: dict[str, Any]) -> PodRecord:
+        return self.mirror.upsert_pod(raw)
+
+
+def key(record: PodRecord) -> GangKey:
+    assert record.gang is not None
+    return record.gang
+
+
+@pytest.fixture
+def w() -> World:
+    return World()
+
+
+def test_admission_reserves_the_whole_gang_and_starts_the_clock(w: World) -> None:
+    a = w.gang("a", 4)
+    assert w.ledger.admission(key(a[0]), POLICY) == PASS
+    state = w.ledger.state(key(a[0]))
+    assert state is not None
+    assert state.admitted_at == w.clock.now and state.deadline == w.clock.now + 30
+    assert sorted(node for node, _ in state.slots) == NODES4
+    assert state.last_message == "admitted: 4 member(s) reserved on 4 node(s)"
+    assert w.mirror.reservation(key(a[0])) == dict.fromkeys(NODES4, SLOT)
+    assert w.ledger.counters["admitted"] == 1
+    # Admission is idempotent: the second member does not re-plan or re-reserve.
+    assert w.ledger.admission(key(a[1]), POLICY) == PASS
+    assert w.ledger.counters["admitted"] == 1 and len(w.events.of("GangAdmitted")) == 1
+
+
+def test_admission_plans_only_the_members_still_missing(w: World) -> None:
+    a = w.gang("a", 4)
+    w.add(pod("a-0", uid=a[0].uid, cpu="3", pod_group="a", node="n1"))  # already bound
+    w.add(pod("a-1", uid=a[1].uid, cpu="3", pod_group="a", node="n2"))
+    assert w.ledger.admission(key(a[0]), POLICY) == PASS
+    assert w.mirror.reservation(key(a[0])) == {"n3": SLOT, "n4": SLOT}
+    assert w.events.of("GangAdmitted")[0][3] == "gang default/a admitted: capacity reserved for 2 more member(s)"
+
+
+def test_admission_waits_without_reserving_when_the_rest_does_not_fit(w: World) -> None:
+    a = w.gang("a", 4)
+    w.add(pod("hog", cpu="2", node="n1"))
+    verdict = w.ledger.admission(key(a[0]), POLICY)
+    assert verdict == Verdict(Code.WAIT_RESOLVABLE, "waiting for capacity for gang default/a: 3/4 remaining "
+                                                    "members fit; no node has cpu=3 free (largest free falls "
+                                                    "short by cpu=1)")
+    assert w.mirror.reservation(key(a[0])) == {}
+    state = w.ledger.state(key(a[0]))
+    assert state is not None and state.admitted_at is None and state.last_message == verdict.message
+
+
+def test_bind_decisions_hold_until_quorum_then_release_all(w: World) -> None:
+    a = w.gang("a", 4)
+    gang = key(a[0])
+    assert w.ledger.admission(gang, POLICY) == PASS
+    decisions = []
+    for member, target in zip(a[:3], NODES4, strict=False):
+        decision = w.ledger.on_bind(member, target, POLICY)
+        assert decision.action is BindAction.WAIT and decision.hold is not None
+        decisions.append(decision)
+        assert w.mirror.placement(member.uid) == target  # assumed while held
+    # Each landed member consumed its slot: only n4 is still reserved.
+    assert w.mirror.reservation(gang) == {"n4": SLOT}
+    assert w.ledger.held_count() == 3
+
+    last = w.ledger.on_bind(a[3], "n4", POLICY)
+    assert last.action is BindAction.RELEASE
+    assert [h.pod.name for h in last.holds] == ["a-0", "a-1", "a-2", "a-3"]
+    assert all(h.releasing for h in last.holds)
+    assert w.mirror.reservation(gang) == {}
+
+    w.ledger.released(gang, [(h, "") for h in last.holds])
+    assert all(h.done.is_set() and h.result == "" for h in last.holds)
+    state = w.ledger.state(gang)
+    assert state is not None
+    assert state.holds == {} and state.admitted_at is None and state.completed == 1
+    assert state.last_message == "quorum reached: members bound"
+    assert w.ledger.counters["completed"] == 1
+    assert w.events.reasons() == ["GangAdmitted", "GangBound"]
+
+
+def test_bind_of_a_non_gang_pod_is_immediate_and_assumed(w: World) -> None:
+    web = w.add(pod("web", cpu="1"))
+    decision = w.ledger.on_bind(web, "n1", None)
+    assert decision.action is BindAction.NOW
+    assert w.mirror.placement(web.uid) == "n1"
+    w.ledger.bound(web, "boom")
+    assert w.mirror.placement(web.uid) == ""
+    assert w.ledger.counters["bind_errors"] == 1
+
+
+def test_released_with_errors_forgets_failed_members(w: World) -> None:
+    a = w.gang("a", 2, min_count=2, cpu="1")
+    gang = key(a[0])
+    w.ledger.on_bind(a[0], "n1", GangPolicy(2))
+    release = w.ledger.on_bind(a[1], "n2", GangPolicy(2))
+    assert release.action is BindAction.RELEASE
+    w.ledger.released(gang, [(release.holds[0], ""), (release.holds[1], "no")])
+    assert w.mirror.placement(a[0].uid) == "n1"
+    assert w.mirror.placement(a[1].uid) == ""
+    assert [h.result for h in release.holds] == ["", "no"]
+    assert w.events.of("GangBound") == [(("a-0",), "Normal", "GangBound",
+                                         "gang default/a: 1 member(s) bound together at quorum")]
+
+
+def test_members_past_quorum_and_during_release_bind_now(w: World) -> None:
+    a = w.gang("a", 4, min_count=2, cpu="1")
+    policy = GangPolicy(2)
+    w.ledger.on_bind(a[0], "n1", policy)
+    release = w.ledger.on_bind(a[1], "n2", policy)
+    assert release.action is BindAction.RELEASE
+    # The quorum is being bound (not yet answered): a third member does not wait for anything.
+    assert w.ledger.on_bind(a[2], "n3", policy).action is BindAction.NOW
+    w.ledger.released(key(a[0]), [(h, "") for h in release.holds])
+    assert w.ledger.on_bind(a[3], "n4", policy).action is BindAction.NOW
+
+
+def test_rejections(w: World) -> None:
+    a = w.gang("a", 2, min_count=2)
+    policy = GangPolicy(2)
+    assert w.ledger.on_bind(a[0], "nx", policy).error == "node nx is not known to the extender"
+    held = w.ledger.on_bind(a[0], "n1", policy)
+    assert held.action is BindAction.WAIT
+    again = w.ledger.on_bind(a[0], "n2", policy)
+    assert again.action is BindAction.REJECT
+    assert again.error == "pod default/a-0 is already waiting at its gang barrier"
+    full = w.ledger.on_bind(a[1], "n1", policy)  # a-0 (3 cpu) is assumed on n1
+    assert full.action is BindAction.REJECT
+    assert full.error == "node n1 no longer has room for pod default/a-1: insufficient cpu (needs cpu=3, free cpu=1)"
+
+
+def test_first_hold_restarts_the_deadline(w: World) -> None:
+    a = w.gang("a", 4)
+    gang = key(a[0])
+    w.ledger.admission(gang, POLICY)
+    w.clock.advance(20)
+    w.ledger.on_bind(a[0], "n1", POLICY)
+    state = w.ledger.state(gang)
+    assert state is not None and state.deadline == w.clock.now + 30
+    w.clock.advance(5)
+    w.ledger.on_bind(a[1], "n2", POLICY)
+    assert state.deadline == w.clock.now + 25  # later holds do not extend it
+
+
+def test_expiry_answers_holds_releases_and_backs_off(w: World) -> None:
+    a = w.gang("a", 4)
+    gang = key(a[0])
+    w.ledger.admission(gang, POLICY)
+    holds = [w.ledger.on_bind(m, n, POLICY).hold for m, n in zip(a[:2], NODES4, strict=False)]
+    w.clock.advance(29)
+    w.ledger.expire_if_due(gang)
+    assert all(h is not None and not h.done.is_set() for h in holds)
+    w.clock.advance(1)
+    w.ledger.expire_if_due(gang)
+    message = ("gang default/a timed out after 30s with 2 member(s) held of 4 needed; released its reservation "
+               "and backing off")
+    assert all(h is not None and h.done.is_set() and h.result == message for h in holds)
+    assert w.mirror.placement(a[0].uid) == "" and w.mirror.placement(a[1].uid) == ""
+    assert w.mirror.reservation(gang) == {}
+    state = w.ledger.state(gang)
+    assert state is not None and state.timeouts == 1 and state.backoff_until == w.clock.now + 10
+    assert w.ledger.admission(gang, POLICY) == Verdict(
+        Code.WAIT_RESOLVABLE, "gang default/a is backing off for 10s after 1 timeout(s) so other gangs can proceed")
+    assert w.events.of("GangTimeout")[0][0] == ("a-0", "a-1", "a-2", "a-3")
+
+
+def test_backoff_is_capped() -> None:
+    w = World(timeout=1, backoff=100, max_backoff=150)
+    a = w.gang("a", 2, min_count=2, cpu="1")
+    gang = key(a[0])
+    for expected in (100, 150, 150):
+        w.clock.advance(1000)
+        assert w.ledger.admission(gang, GangPolicy(2)) == PASS
+        w.ledger.on_bind(a[0], "n1", GangPolicy(2))
+        w.clock.advance(1)
+        w.ledger.sweep()
+        state = w.ledger.state(gang)
+        assert state is not None and state.backoff_until == w.clock.now + expected
+
+
+def test_release_in_flight_is_not_timed_out(w: World) -> None:
+    a = w.gang("a", 2, min_count=2, cpu="1")
+    gang = key(a[0])
+    w.ledger.on_bind(a[0], "n1", GangPolicy(2))
+    release = w.ledger.on_bind(a[1], "n2", GangPolicy(2))
+    w.clock.advance(60)
+    w.ledger.expire_if_due(gang)
+    assert w.ledger.counters["timeouts"] == 0
+    assert not any(h.done.is_set() for h in release.holds)
+    w.ledger.released(gang, [(h, "") for h in release.holds])
+    assert w.ledger.counters["completed"] == 1
+
+
+def test_sweep_forgets_gangs_without_members(w: World) -> None:
+    a = w.gang("a", 4)
+    gang = key(a[0])
+    w.ledger.admission(gang, POLICY)
+    assert w.mirror.reservation(gang) != {}
+    for member in a:
+        w.mirror.delete_pod(member.uid)
+    w.ledger.sweep()
+    assert w.ledger.state(gang) is None
+    assert w.mirror.reservation(gang) == {}
+
+
+def test_never_fits_is_rechecked_when_nodes_change(w: World) -> None:
+    big = w.gang("big", 8, min_count=8)
+    gang = key(big[0])
+    verdict = w.ledger.admission(gang, GangPolicy(8))
+    assert verdict.code is Code.WAIT_UNRESOLVABLE
+    assert verdict.message.startswith("gang default/big can never fit this cluster: only 4 of 8 members fit")
+    w.mirror.upsert_node(node("n1", labels={"new": "label"}))  # not a resize: no recheck needed
+    assert w.ledger.admission(gang, GangPolicy(8)) == verdict
+    assert w.ledger.counters["never_fits"] == 1
+    for name in ("n5", "n6", "n7", "n8"):
+        w.mirror.upsert_node(node(name))
+    assert w.ledger.admission(gang, GangPolicy(8)) == PASS
+
+
+def test_never_fits_is_rechecked_when_the_members_change(w: World) -> None:
+    """A gang whose too-large member is replaced by one that fits must not stay 'can never fit'."""
+    w.gang("g", 0, min_count=2)
+    too_big = w.add(pod("g-0", cpu="8", pod_group="g"))
+    w.add(pod("g-1", cpu="1", pod_group="g"))
+    gang = key(too_big)
+    assert w.ledger.admission(gang, GangPolicy(2)).code is Code.WAIT_UNRESOLVABLE
+    w.mirror.delete_pod(too_big.uid)
+    w.add(pod("g-2", cpu="1", pod_group="g"))
+    assert w.ledger.admission(gang, GangPolicy(2)) == PASS
