@@ -33,7 +33,8 @@ class NodeVerdicts:
     fit: set[str] = field(default_factory=set)
     reserved: set[str] = field(default_factory=set)
     weighed: int = -1  # len(verdicts) when last stored; a stored entry that has not grown needs no put
-    all_fit_names: list[str] | None = None  # the last request list whose every node fits (see engine)
+    all_fit_names: list[str] | None = None  # a request list whose every node fits (see engine)
+    all_fit_misses: int = 0  # consecutive requests that did not equal all_fit_names
 
     def record(self, node: str, verdict: str) -> None:
         self.verdicts[node] = verdict

@@ -48,6 +48,9 @@ def serve(settings: config.Settings) -> None:
                 "accesslog": "-" if settings.log_level.upper() == "DEBUG" else None,
                 "loglevel": settings.log_level.lower(),
             }
+            if "control_socket_disable" in self.cfg.settings:  # gunicorn >= 25
+                # Its control socket can add workers at run time, which would break the one-worker rule.
+                options["control_socket_disable"] = True
             for key, value in options.items():
                 self.cfg.set(key, value)
 

@@ -200,6 +200,10 @@ class GangLedger:
         """Decide what a bind request does; records the hold/assumption before returning."""
         assert pod.gang is not None or policy is None
         with self.lock:
+            existing = self._gangs.get(pod.gang) if pod.gang is not None and policy else None
+            if existing is not None and pod.uid in existing.holds:
+                return BindDecision(BindAction.REJECT, error=f"pod {pod.namespace}/{pod.name} is already "
+                                    "waiting at its gang barrier")
             if node not in self.mirror.nodes:
                 return BindDecision(BindAction.REJECT, error=f"node {node} is not known to the extender")
             free = self.mirror.free(node, pod.gang if policy else None)
@@ -212,12 +216,7 @@ class GangLedger:
             if policy is None or pod.gang is None:
                 self.mirror.assume(pod.uid, node)
                 return BindDecision(BindAction.NOW)
-            state = self._gangs.get(pod.gang)
-            if state is None:
-                state = self._gangs[pod.gang] = GangState(pod.gang, policy)
-            if pod.uid in state.holds:
-                return BindDecision(BindAction.REJECT, error=f"pod {pod.namespace}/{pod.name} is already "
-                                    "waiting at its gang barrier")
+            state = existing or self._gangs.setdefault(pod.gang, GangState(pod.gang, policy))
             members = self.mirror.members(pod.gang)
             placed = self._placed(members, state)
             if len(placed) >= policy.min_count:

@@ -23,6 +23,9 @@ from extender.protocol import ProtocolError
 log = logging.getLogger(__name__)
 bp = Blueprint("extender", __name__)
 
+NOT_SYNCED = ("gang-extender is starting: its first list of nodes, pods and group objects is not complete; "
+              "kube-scheduler will retry")
+
 
 def json_response(payload: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status=status, mimetype="application/json")
@@ -48,8 +51,12 @@ def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], An
     outcome = "ok"
     data = request.get_data(cache=False)
     try:
-        payload = handle(_parse(data))
-        status = 200
+        if not ext.runtime.synced():
+            outcome, status = "not_ready", 200
+            payload = on_error(NOT_SYNCED)
+        else:
+            payload = handle(_parse(data))
+            status = 200
     except ProtocolError as exc:
         outcome, status = "bad_request", 400
         payload = {"error": str(exc), "verb": verb}

@@ -79,6 +79,13 @@ class Runtime:
             except Exception:  # the sweeper must survive anything; the next tick retries
                 log.exception("gang sweep failed")
 
+    def synced(self) -> bool:
+        """Whether the mirror holds a full list of everything watched (answers before that could admit
+        a gang against capacity whose pods are not listed yet)."""
+        if self.mode == "snapshot":
+            return True
+        return bool(self.reflectors) and all(r.synced.is_set() for r in self.reflectors)
+
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready when every watch has listed at least once and is healthy (always, in snapshot mode)."""
         if self.mode == "snapshot":

@@ -76,8 +76,7 @@ def test_filter_unseen_fourth_member_completes_the_quorum(client: FlaskClient, a
     reservation = app.extensions["gang_extender"].runtime.mirror.reservation(
         next(iter(app.extensions["gang_extender"].runtime.mirror.gangs())))
     assert sorted(reservation) == ["node-1", "node-2"]
-    assert reply == {"Nodes": None, "NodeNames": ["node-1"],
-                     "FailedNodes": {"node-3": "gang default/training/workers's reserved capacity is on other nodes"},
+    assert reply == {"Nodes": None, "NodeNames": ["node-1"], "FailedNodes": {},
                      "FailedAndUnresolvableNodes": {}, "Error": ""}
 
 
@@ -543,3 +542,18 @@ def test_invalid_node_names_are_rejected_whatever_the_cache_holds(client: FlaskC
     assert post(client, "filter", {"Pod": pod_body, "NodeNames": ["node-1", "node-2"]}).status_code == 200
     for verb in ("filter", "prioritize"):
         assert_json_error(post(client, verb, {"Pod": pod_body, "NodeNames": names}), 400)
+
+
+def test_verbs_answer_error_until_the_first_list_is_complete(app: Flask, client: FlaskClient,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = app.extensions["gang_extender"].runtime
+    monkeypatch.setattr(runtime, "synced", lambda: False)
+    names = ["node-1"]
+    pod_body = {"metadata": {"name": "p", "namespace": "default"}, "spec": {}}
+    filtered = post(client, "filter", {"Pod": pod_body, "NodeNames": names})
+    assert filtered.status_code == 200
+    assert filtered.get_json()["Error"].startswith("gang-extender is starting")
+    assert filtered.get_json()["NodeNames"] == []
+    bound = post(client, "bind", {"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "node-1"})
+    assert bound.get_json()["Error"].startswith("gang-extender is starting")
+    assert post(client, "prioritize", {"Pod": pod_body, "NodeNames": names}).get_json() == []

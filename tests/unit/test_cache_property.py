@@ -217,7 +217,11 @@ class Run:
         assert set(result.feasible) <= set(names)
         assert set(result.failed) <= set(names)
         assert set(result.failed_unresolvable) <= set(names)
-        assert sorted([*result.feasible, *result.failed, *result.failed_unresolvable]) == sorted(names)
+        accounted = [*result.feasible, *result.failed, *result.failed_unresolvable]
+        if result.feasible:  # a gang member steered to its reservation: other nodes may go unmentioned
+            assert set(accounted) <= set(names)
+        else:  # nothing feasible: kube-scheduler reports every node's reason, so every node has one
+            assert sorted(accounted) == sorted(names)
         assert result.error == ""
         TOTALS.filters += 1
         outcome = "feasible" if result.feasible else "failed" if result.failed else "unresolvable"

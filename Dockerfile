@@ -1,0 +1,63 @@
+# syntax=docker/dockerfile:1
+#
+# gang-extender image: `docker build -t gang-extender:dev .`
+#
+# Two stages, both python:3.11-slim:
+#   builder  builds the gang-extender wheel and a wheel of every dependency (needs the network);
+#   runtime  installs those wheels, offline, into a venv at /opt/gang-extender. No compiler, no
+#            source tree, no pip inside the venv.
+#
+# Runs as the numeric non-root user 65532 and writes nothing outside /tmp, so it works with
+# `readOnlyRootFilesystem: true` as long as /tmp is writable (mount an emptyDir there):
+#   - gunicorn creates its worker heartbeat file in the temp dir; without a writable /tmp the worker
+#     cannot start ("No usable temporary directory found in ['/tmp', '/var/tmp', '/usr/tmp', '/']");
+#   - gunicorn >= 25.1 opens a control socket at $XDG_RUNTIME_DIR/gunicorn.ctl or else
+#     $HOME/.gunicorn/gunicorn.ctl, hence HOME=/tmp below;
+#   - the Kubernetes client writes certificate data from a kubeconfig to temp files (in-cluster
+#     service-account credentials need none).
+# Byte code is compiled at install time; PYTHONDONTWRITEBYTECODE keeps Python from trying to write
+# more at run time.
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+# ------------------------------------------------------------------------------------ builder
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
+# Only what the wheel is built from (.dockerignore keeps everything else out of the context).
+COPY pyproject.toml README.md ./
+COPY extender ./extender
+RUN python -m pip wheel --wheel-dir /wheels . \
+ && ls /wheels/gang_extender-*.whl
+
+# ------------------------------------------------------------------------------------ runtime
+FROM ${PYTHON_IMAGE} AS runtime
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+# The venv has no pip of its own: the base image's pip installs into it (--python), from the
+# builder's wheels only (--no-index), and compiles byte code while it is still allowed to write.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    python -m venv --without-pip /opt/gang-extender \
+ && python -m pip --python /opt/gang-extender/bin/python install --no-index --find-links /wheels \
+        --compile gang-extender \
+ && /opt/gang-extender/bin/gang-extender serve --help > /dev/null
+
+ENV PATH=/opt/gang-extender/bin:$PATH \
+    HOME=/tmp \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+
+LABEL org.opencontainers.image.title="gang-extender" \
+      org.opencontainers.image.description="kube-scheduler extender for gang scheduling" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+WORKDIR /tmp
+USER 65532:65532
+EXPOSE 8888
+# Loopback by default: the extender's verbs are unauthenticated (bind creates pods/binding with the
+# extender's credentials), so it must only be reachable by the kube-scheduler in the same pod or
+# host network namespace.
+ENTRYPOINT ["gang-extender", "serve"]
+CMD ["--host", "127.0.0.1", "--port", "8888"]

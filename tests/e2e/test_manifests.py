@@ -1,0 +1,533 @@
+"""The deployment artefacts under manifests/, validated against a real kube-apiserver and kube-scheduler.
+
+- Every file under manifests/ is accounted for: API objects go through ``kubectl apply --dry-run=server``
+  (kustomize directories with ``-k``), KubeSchedulerConfigurations start a real kube-scheduler, the kind
+  configuration is checked for what hack/kind-e2e.sh relies on.
+- The extender's ServiceAccount may do exactly what extender/kube.py does, and nothing else.
+- gang-extender runs, becomes ready and binds a gang with nothing but that ServiceAccount.
+- Both topologies run as shipped: the second scheduler with its own ServiceAccount, leader election and
+  sidecar configuration; the default scheduler's configuration with the extender using kube-scheduler's
+  identity (as the static pod does).
+- Why the default-scheduler topology uses a static pod: with the extender down, kube-scheduler schedules
+  no pod at all, a DaemonSet's included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import re
+import signal
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from controlplane import ControlPlane, ControlPlaneError, free_ports, tail, wait_for
+from support import ROOT, Extender, Sampler, bound, events, scheduler_config
+
+from extender.config import Settings
+
+pytestmark = pytest.mark.e2e
+
+MANIFESTS = ROOT / "manifests"
+NAMESPACE = "gang-scheduler"
+EXTENDER_SA = "gang-extender"
+SCHEDULER_SA = "gang-scheduler"
+WAIT = 60.0
+
+# What extender/kube.py calls, as `kubectl auth can-i --list` prints it: resource -> verbs.
+EXTENDER_GRANTS = {
+    "nodes": {"list", "watch"},
+    "pods": {"get", "list", "watch", "patch"},
+    "pods/binding": {"create"},
+    "events": {"create"},
+    "workloads.scheduling.k8s.io": {"list", "watch"},
+    "podgroups.scheduling.x-k8s.io": {"list", "watch"},
+}
+# (verb, resource, extra kubectl args): must all be refused to the extender's ServiceAccount.
+EXTENDER_DENIED = [
+    ("delete", "pods", []), ("create", "pods", []), ("update", "pods", []),
+    ("patch", "pods", ["--subresource=status"]), ("get", "nodes", []), ("update", "nodes", []),
+    ("patch", "nodes", []), ("delete", "nodes", []), ("get", "secrets", []), ("list", "secrets", []),
+    ("get", "configmaps", []), ("list", "events", []), ("patch", "events", []),
+    ("create", "events.events.k8s.io", []), ("get", "workloads.scheduling.k8s.io", []),
+    ("create", "workloads.scheduling.k8s.io", []), ("get", "podgroups.scheduling.x-k8s.io", []),
+    ("patch", "podgroups.scheduling.x-k8s.io", ["--subresource=status"]),
+    ("update", "leases.coordination.k8s.io", []), ("create", "serviceaccounts", ["--subresource=token"]),
+    ("create", "pods", ["--subresource=eviction"]), ("escalate", "clusterroles", []),
+]
+
+
+# ---------------------------------------------------------------------------------- inventory
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def _kustomization_inputs(directory: Path) -> set[Path]:
+    """Files a kustomization.yaml reads itself (resources that are files, configMapGenerator files)."""
+    kust = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    inputs = {(directory / r).resolve() for r in kust.get("resources", []) if (directory / r).is_file()}
+    for generator in kust.get("configMapGenerator", []):
+        inputs |= {(directory / f.rpartition("=")[2]).resolve() for f in generator.get("files", [])}
+    return inputs
+
+
+def _inventory() -> dict[str, list[Path]]:
+    """Every YAML file under manifests/, by what it is and how it is checked."""
+    found: dict[str, list[Path]] = {"kustomize_dirs": [], "scheduler_configs": [], "kind_configs": [],
+                                     "kustomized": [], "loose_api_objects": []}
+    yamls = sorted(p for p in MANIFESTS.rglob("*.yaml") if p.name != "kustomization.yaml")
+    found["kustomize_dirs"] = sorted(p.parent for p in MANIFESTS.rglob("kustomization.yaml"))
+    kustomized = set().union(*(_kustomization_inputs(d) for d in found["kustomize_dirs"]))
+    for path in yamls:
+        api_versions = {str(d.get("apiVersion", "")) for d in _docs(path)}
+        if any(v.startswith("kubescheduler.config.k8s.io/") for v in api_versions):
+            found["scheduler_configs"].append(path)
+        elif any(v.startswith("kind.x-k8s.io/") for v in api_versions):
+            found["kind_configs"].append(path)
+        elif path.resolve() in kustomized:
+            found["kustomized"].append(path)
+        else:
+            found["loose_api_objects"].append(path)
+    return found
+
+
+INVENTORY = _inventory()
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(MANIFESTS)) or "."
+
+
+def _built(bin_dir: Path, directory: str) -> list[dict[str, Any]]:
+    """``kubectl kustomize`` output, no cluster needed (the kustomize that ``kubectl apply -k`` runs)."""
+    out = subprocess.run([str(bin_dir / "kubectl"), "kustomize", str(MANIFESTS / directory)], capture_output=True,
+                         text=True, check=True, timeout=60, stdin=subprocess.DEVNULL).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def _extenders(config: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(config.get("extenders") or [])
+
+
+def _seconds(duration: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", duration)
+    assert match, duration
+    return float(match[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0}[match[2]]
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    for arg in args:
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+# ------------------------------------------------------------------------------ static checks
+def test_every_manifest_is_accounted_for() -> None:
+    inv = INVENTORY
+    assert inv["loose_api_objects"] == [MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml"], inv
+    assert sorted(_rel(p) for p in inv["scheduler_configs"]) == [
+        "default-scheduler/kube-scheduler-config.yaml", "scheduler-config.yaml",
+        "second-scheduler/kube-scheduler-config.yaml"]
+    assert [_rel(p) for p in inv["kind_configs"]] == ["kind/kind-config.yaml"]
+    assert sorted(_rel(d) for d in inv["kustomize_dirs"]) == [
+        "crds", "default-scheduler", "examples", "rbac", "second-scheduler"]
+    # Every directory that holds API objects is a kustomization.
+    for path in inv["kustomized"] + inv["loose_api_objects"]:
+        assert (path.parent / "kustomization.yaml").is_file(), path
+    for directory in inv["kustomize_dirs"]:
+        kust = yaml.safe_load((directory / "kustomization.yaml").read_text())
+        for resource in kust.get("resources", []):
+            assert (directory / resource).exists(), f"{directory}/kustomization.yaml: missing {resource}"
+
+
+def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
+    """One extender entry everywhere; httpTimeout above every shipped --gang-timeout-seconds."""
+    reference = _extenders(_docs(MANIFESTS / "scheduler-config.yaml")[0])
+    assert len(reference) == 1 and reference[0]["bindVerb"] == "bind" and reference[0]["ignorable"] is False
+    for path in INVENTORY["scheduler_configs"]:
+        (config,) = _docs(path)
+        assert config["kind"] == "KubeSchedulerConfiguration"
+        assert _extenders(config) == reference, f"{path}: extenders differ from manifests/scheduler-config.yaml"
+    http_timeout = _seconds(reference[0]["httpTimeout"])
+
+    second = {d["kind"]: d for d in _built(k8s_bin_dir, "second-scheduler")}
+    pod = second["Deployment"]["spec"]["template"]["spec"]
+    (sidecar,) = pod["initContainers"]
+    (scheduler,) = pod["containers"]
+    static_pod = _docs(MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml")[0]["spec"]["containers"][0]
+    for container in (sidecar, static_pod):
+        timeout = float(_flag(container["args"], "gang-timeout-seconds") or Settings().gang_timeout_seconds)
+        assert timeout < http_timeout, container["name"]
+        assert _flag(container["args"], "host") == "127.0.0.1"
+        assert reference[0]["urlPrefix"] == f"http://127.0.0.1:{_flag(container['args'], 'port')}"
+    # The scheduler reads the generated ConfigMap where --config points.
+    mount = next(m for m in scheduler["volumeMounts"] if m["name"] == "config")
+    assert _flag(scheduler["command"], "config") == mount["mountPath"] + "/config.yaml"
+    volume = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["name"] == second["ConfigMap"]["metadata"]["name"]
+    assert pod["serviceAccountName"] == SCHEDULER_SA
+    configured = yaml.safe_load(second["ConfigMap"]["data"]["config.yaml"])
+    assert configured["profiles"] == [{"schedulerName": "gang-scheduler"}]
+    assert configured["leaderElection"]["resourceName"] == "gang-scheduler"
+    assert configured["leaderElection"]["resourceNamespace"] == NAMESPACE
+
+
+def test_kind_configuration() -> None:
+    (config,) = _docs(MANIFESTS / "kind" / "kind-config.yaml")
+    assert config["featureGates"]["GenericWorkload"] is True
+    assert config["runtimeConfig"]["scheduling.k8s.io/v1alpha1"] == "true"
+    (control_plane,) = [n for n in config["nodes"] if n["role"] == "control-plane"]
+    assert all(re.fullmatch(r"kindest/node:v1\.35\.\d+(@sha256:[0-9a-f]{64})?", n["image"]) for n in config["nodes"])
+    mounts = {m["containerPath"]: m["hostPath"] for m in control_plane["extraMounts"]}
+    assert (ROOT / mounts["/etc/kubernetes/scheduler-config.yaml"]).is_file()
+    (patch,) = [yaml.safe_load(p) for p in control_plane["kubeadmConfigPatches"]]
+    assert patch["apiVersion"] == "kubeadm.k8s.io/v1beta3"  # what kind generates below Kubernetes 1.36
+    scheduler = patch["scheduler"]
+    assert scheduler["extraArgs"]["config"] == "/etc/kubernetes/scheduler-config.yaml"
+    assert scheduler["extraVolumes"][0]["hostPath"] == "/etc/kubernetes/scheduler-config.yaml"
+    # The configuration kind mounts points kube-scheduler at kubeadm's kubeconfig.
+    (scheduler_cfg,) = _docs(ROOT / mounts["/etc/kubernetes/scheduler-config.yaml"])
+    assert scheduler_cfg["clientConnection"]["kubeconfig"] == "/etc/kubernetes/scheduler.conf"
+
+
+# ------------------------------------------------------------------------------ cluster checks
+@pytest.fixture(scope="module")
+def installed(control_plane: ControlPlane) -> ControlPlane:
+    """The CRD (the examples need it) and manifests/rbac, applied for real."""
+    cp = control_plane
+    cp.kubectl("apply", "-k", str(MANIFESTS / "crds"))
+    wait_for(lambda: "podgroups" in cp.kubectl("api-resources", "--api-group=scheduling.x-k8s.io").stdout,
+             timeout=30, what="the PodGroup CRD to be served")
+    cp.kubectl("apply", "-k", str(MANIFESTS / "rbac"))
+    return cp
+
+
+def _assert_clean_dry_run(proc: subprocess.CompletedProcess[str], what: str) -> None:
+    assert proc.returncode == 0, f"{what}: {proc.stderr}"
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines and all(line.endswith("(server dry run)") for line in lines), proc.stdout
+    assert "warning" not in proc.stderr.lower(), f"{what}: {proc.stderr}"  # e.g. Pod Security warnings
+
+
+@pytest.mark.parametrize("directory", INVENTORY["kustomize_dirs"], ids=_rel)
+def test_server_dry_run_kustomization(installed: ControlPlane, directory: Path) -> None:
+    proc = installed.kubectl("apply", "-k", str(directory), "--dry-run=server", "--validate=strict", check=False)
+    _assert_clean_dry_run(proc, _rel(directory))
+
+
+@pytest.mark.parametrize("path", INVENTORY["loose_api_objects"], ids=_rel)
+def test_server_dry_run_loose_manifest(installed: ControlPlane, path: Path) -> None:
+    proc = installed.kubectl("apply", "-f", str(path), "--dry-run=server", "--validate=strict", check=False)
+    _assert_clean_dry_run(proc, _rel(path))
+
+
+def test_second_scheduler_pod_passes_restricted_pod_security(installed: ControlPlane) -> None:
+    """Dry-run warnings only hint at Pod Security for a Deployment; creating its Pod enforces it."""
+    cp = installed
+    labels = cp.request("GET", f"/api/v1/namespaces/{NAMESPACE}")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    deployment = next(d for d in _built(cp.bin_dir, "second-scheduler") if d["kind"] == "Deployment")
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "pod-security-probe", "namespace": NAMESPACE,
+                        "labels": deployment["spec"]["template"]["metadata"]["labels"]},
+           "spec": {**deployment["spec"]["template"]["spec"], "serviceAccountName": "default"}}  # not created yet
+    proc = cp.kubectl("create", "-f", "-", "--dry-run=server", input=json.dumps(pod), check=False)
+    assert proc.returncode == 0 and "warning" not in proc.stderr.lower(), proc.stderr
+    # The check has teeth: the same pod without its hardening is refused.
+    loose = copy.deepcopy(pod)
+    del loose["spec"]["initContainers"][0]["securityContext"]["capabilities"]
+    proc = cp.kubectl("create", "-f", "-", "--dry-run=server", input=json.dumps(loose), check=False)
+    assert proc.returncode != 0 and 'violates PodSecurity "restricted' in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("path", INVENTORY["scheduler_configs"], ids=_rel)
+def test_kube_scheduler_starts_with_configuration(installed: ControlPlane, path: Path) -> None:
+    (config,) = _docs(path)
+    config.pop("clientConnection", None)  # start_scheduler points it at the test scheduler's kubeconfig
+    # That identity may not take the Lease gang-scheduler (the shipped RBAC gives it to the ServiceAccount
+    # gang-scheduler: see test_second_scheduler_topology_runs_as_shipped).
+    config.setdefault("leaderElection", {})["leaderElect"] = False
+    installed.start_scheduler(config)
+    try:
+        assert installed.is_running("kube-scheduler")
+    finally:
+        installed.stop_scheduler()
+
+
+def test_kube_scheduler_refuses_a_misspelled_field(installed: ControlPlane) -> None:
+    """The start-up check above is strict: an unknown field is an error, not ignored."""
+    (config,) = _docs(MANIFESTS / "scheduler-config.yaml")
+    config["extenders"][0]["httpTimout"] = config["extenders"][0].pop("httpTimeout")
+    with pytest.raises(ControlPlaneError, match="unknown field"):
+        installed.start_scheduler(config, timeout=30)
+    installed.stop_scheduler()
+
+
+# ---------------------------------------------------------------------------- least privilege
+def _kubectl_as(cp: ControlPlane, kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(cp.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", *args], capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+
+
+def _can_i_list(cp: ControlPlane, kubeconfig: str, namespace: str) -> dict[str, set[str]]:
+    """``kubectl auth can-i --list`` as resource -> verbs (non-resource URLs under their path)."""
+    proc = _kubectl_as(cp, kubeconfig, "auth", "can-i", "--list", "-n", namespace)
+    assert proc.returncode == 0, proc.stderr
+    header, *rows = proc.stdout.splitlines()
+    columns = [header.index(name) for name in ("Resources", "Non-Resource URLs", "Resource Names", "Verbs")]
+    grants: dict[str, set[str]] = {}
+    for row in rows:
+        if not row.strip():
+            continue
+        resource, url, names, verbs = (row[a:b].strip() for a, b in zip(columns, [*columns[1:], None], strict=True))
+        assert names == "[]", f"unexpected resourceNames rule: {row}"
+        grants.setdefault(resource or url, set()).update(verbs.strip("[]").split())
+    return grants
+
+
+def test_extender_service_account_has_exactly_its_verbs(installed: ControlPlane) -> None:
+    cp = installed
+    extender = cp.service_account_kubeconfig(NAMESPACE, EXTENDER_SA)
+    nobody = cp.service_account_kubeconfig(NAMESPACE, "default")  # same namespace, no bindings
+    for namespace in (NAMESPACE, "default", "kube-system"):
+        granted, baseline = _can_i_list(cp, extender, namespace), _can_i_list(cp, nobody, namespace)
+        extra = {r: v - baseline.get(r, set()) for r, v in granted.items() if v - baseline.get(r, set())}
+        assert extra == EXTENDER_GRANTS, namespace
+    # The same, one verb at a time and across all namespaces.
+    for resource, verbs in EXTENDER_GRANTS.items():
+        name, _, sub = resource.partition("/")
+        for verb in verbs:
+            args = ["auth", "can-i", verb, name, "--all-namespaces", *([f"--subresource={sub}"] if sub else [])]
+            assert _kubectl_as(cp, extender, *args).stdout.strip() == "yes", (verb, resource)
+
+
+def test_extender_service_account_is_refused_everything_else(installed: ControlPlane) -> None:
+    cp = installed
+    extender = cp.service_account_kubeconfig(NAMESPACE, EXTENDER_SA)
+    allowed = []
+    for verb, resource, extra in EXTENDER_DENIED:
+        proc = _kubectl_as(cp, extender, "auth", "can-i", verb, resource, "--all-namespaces", *extra)
+        if proc.stdout.strip() != "no":
+            allowed.append((verb, resource, extra, proc.stdout.strip(), proc.stderr.strip()))
+    assert allowed == []
+
+
+# ------------------------------------------------------------------------------- running for real
+def _readyz(ext: Extender) -> dict[str, Any]:
+    with urllib.request.urlopen(ext.url + "/readyz", timeout=5) as reply:
+        return dict(json.load(reply))
+
+
+def _assert_all_watches_synced(ext: Extender) -> None:
+    ready = _readyz(ext)
+    assert ready["ready"] is True and ready["mode"] == "api", ready
+    assert "discovery_error" not in ready, ready
+    watches = ready["watches"]
+    assert set(watches) == {"nodes", "pods", "workloads.scheduling.k8s.io", "podgroups.scheduling.x-k8s.io"}, ready
+    for name, state in watches.items():
+        assert state["synced"] and state["healthy"] and not state["error"], (name, state)
+
+
+def _assert_writes_succeeded(ext: Extender) -> None:
+    """Binds, Events and wake-up patches went through: none was refused."""
+    metrics = ext.metrics()
+    assert metrics.get('gang_extender_events_total{outcome="sent"}', 0) >= 1, metrics
+    assert metrics.get('gang_extender_events_total{outcome="failed"}', 0) == 0, metrics
+    assert metrics.get('gang_extender_pod_wakes_total{outcome="sent"}', 0) >= 1, metrics
+    assert metrics.get('gang_extender_pod_wakes_total{outcome="failed"}', 0) == 0, metrics
+    errors = {k: v for k, v in metrics.items() if k.startswith("gang_extender_watch_errors") and v}
+    assert errors == {}, errors
+    log = ext.log_path.read_text()
+    assert " 403" not in log and "forbidden" not in log.lower(), tail(ext.log_path)
+
+
+def _apply_example(cp: ControlPlane, example: str, namespace: str) -> None:
+    cp.kubectl("apply", "-n", namespace, "-f", str(MANIFESTS / "examples" / example))
+
+
+def _gang_binds_whole(cp: ControlPlane, namespace: str, example: str, prefix: str) -> None:
+    """The example's 4 workers get bound, never some without the others (the examples select no nodes)."""
+    with Sampler(cp, namespace) as sampler:
+        _apply_example(cp, example, namespace)
+        wait_for(lambda: len(bound(cp, namespace, prefix)) == 4, timeout=WAIT, what=f"4 pods {prefix}* bound")
+    assert sampler.partial(prefix, 4) == []
+
+
+@pytest.fixture
+def extender_factory() -> Iterator[list[Extender]]:
+    started: list[Extender] = []
+    yield started
+    for ext in started:
+        ext.stop()
+
+
+def _start_extender(started: list[Extender], kubeconfig: str, workdir: Path) -> Extender:
+    ext = Extender(kubeconfig, workdir, log=print, args=["--gang-timeout-seconds", "12", "--log-level", "DEBUG"])
+    started.append(ext)
+    ext.start()
+    return ext
+
+
+def test_extender_works_with_only_its_service_account(installed: ControlPlane, tmp_path: Path,
+                                                      extender_factory: list[Extender]) -> None:
+    cp = installed
+    ext = _start_extender(extender_factory, cp.service_account_kubeconfig(NAMESPACE, EXTENDER_SA), tmp_path)
+    _assert_all_watches_synced(ext)
+    cp.create_namespace("m-sa")
+    cp.add_nodes(2, prefix="m-sa-")
+    cp.start_scheduler(scheduler_config(ext.url))
+    try:
+        _gang_binds_whole(cp, "m-sa", "workload-job.yaml", "training-")
+    finally:
+        cp.stop_scheduler()
+    _assert_writes_succeeded(ext)
+
+
+def _spawn_scheduler(cp: ControlPlane, config: dict[str, Any], kubeconfig: str, workdir: Path
+                     ) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """kube-scheduler as the second-scheduler pod runs it: --config only, credentials of its ServiceAccount."""
+    port = free_ports(1)[0]
+    config_path = workdir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    cwd = workdir / "cwd"
+    cwd.mkdir()
+    log_path = workdir / "gang-scheduler.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [str(cp.bin_dir / "kube-scheduler"), f"--config={config_path}",
+             # in the pod these default to the in-cluster ServiceAccount credentials
+             f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+             "--bind-address=127.0.0.1", f"--secure-port={port}", "--v=2"],
+            cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    return proc, port, log_path
+
+
+def _probe(port: int, path: str) -> bool:
+    """An unauthenticated HTTPS GET, as the kubelet's httpGet probes make it."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", timeout=2, context=context) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+def test_second_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path,
+                                                   extender_factory: list[Extender]) -> None:
+    """kube-scheduler + extender with the ServiceAccount gang-scheduler and nothing else: the RBAC of
+    manifests/second-scheduler is enough for delegated auth, leader election, scheduling and binding."""
+    cp = installed
+    cp.kubectl("apply", "-k", str(MANIFESTS / "second-scheduler"))
+    wait_for(lambda: any(p["metadata"]["name"].startswith("gang-scheduler-")
+                         for p in cp.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]),
+             timeout=WAIT, what="the Deployment's pod (admitted under Pod Security 'restricted')")
+    kubeconfig = cp.service_account_kubeconfig(NAMESPACE, SCHEDULER_SA)
+    ext = _start_extender(extender_factory, kubeconfig, tmp_path)
+    _assert_all_watches_synced(ext)
+
+    (config,) = _docs(MANIFESTS / "second-scheduler" / "kube-scheduler-config.yaml")
+    config["clientConnection"] = {"kubeconfig": kubeconfig}
+    config["extenders"][0]["urlPrefix"] = ext.url
+    proc, port, log_path = _spawn_scheduler(cp, config, kubeconfig, tmp_path)
+    try:
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"kube-scheduler exited with {proc.returncode}:\n{tail(log_path)}")
+            return _probe(port, "/readyz") and _probe(port, "/healthz")
+
+        wait_for(ready, timeout=WAIT, what="gang-scheduler /readyz and /healthz without credentials")
+
+        def leader() -> bool:
+            lease = cp.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/gang-scheduler")
+            return bool(lease["spec"].get("holderIdentity"))
+
+        with contextlib.suppress(TimeoutError):
+            wait_for(leader, timeout=WAIT, what="the Lease gang-scheduler/gang-scheduler")
+        assert leader(), tail(log_path)
+
+        cp.create_namespace("m-second")
+        cp.add_nodes(2, prefix="m-second-")
+        _gang_binds_whole(cp, "m-second", "podgroup-job.yaml", "training-pg-")
+        scheduled = events(cp, "m-second", "Scheduled")
+        assert scheduled and all(
+            (e.get("reportingComponent") or e["source"].get("component")) == "gang-scheduler" for e in scheduled)
+        log = log_path.read_text()
+        assert "forbidden" not in log.lower(), tail(log_path)
+        assert list((tmp_path / "cwd").iterdir()) == []  # nothing written: read-only root file system is fine
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+    _assert_writes_succeeded(ext)
+
+
+def test_default_scheduler_topology_with_kube_scheduler_identity(installed: ControlPlane, tmp_path: Path,
+                                                                 extender_factory: list[Extender]) -> None:
+    """The static pod authenticates as kube-scheduler (scheduler.conf): the bootstrap role plus the binding
+    in manifests/default-scheduler must cover every call of the extender."""
+    cp = installed
+    as_scheduler = ["--as=system:kube-scheduler"]
+    missing = [("patch", "pods"), ("list", "podgroups.scheduling.x-k8s.io"), ("watch", "podgroups.scheduling.x-k8s.io")]
+    for verb, resource in missing:  # what the binding adds
+        assert cp.kubectl("auth", "can-i", verb, resource, "-A", *as_scheduler, check=False).stdout.strip() == "no"
+    cp.kubectl("apply", "-k", str(MANIFESTS / "default-scheduler"))
+    for verb, resource in missing:
+        assert cp.kubectl("auth", "can-i", verb, resource, "-A", *as_scheduler).stdout.strip() == "yes"
+
+    ext = _start_extender(extender_factory, cp.user_kubeconfig("system:kube-scheduler"), tmp_path)
+    _assert_all_watches_synced(ext)
+    (config,) = _docs(MANIFESTS / "default-scheduler" / "kube-scheduler-config.yaml")
+    config["extenders"][0]["urlPrefix"] = ext.url
+    config["leaderElection"]["leaderElect"] = False
+    cp.create_namespace("m-default")
+    cp.add_nodes(2, prefix="m-default-")
+    cp.start_scheduler(config)
+    try:
+        _gang_binds_whole(cp, "m-default", "workload-job.yaml", "training-")
+    finally:
+        cp.stop_scheduler()
+    _assert_writes_succeeded(ext)
+
+
+def test_extender_outage_blocks_every_pod_so_the_extender_must_not_need_scheduling(installed: ControlPlane) -> None:
+    """With gang-extender unreachable, kube-scheduler binds nothing, not even a DaemonSet's pod: a DaemonSet
+    could never (re)start the extender of the scheduler that places it. Hence the static pod."""
+    cp = installed
+    cp.create_namespace("m-outage")
+    (node,) = cp.add_nodes(1, prefix="m-outage-", labels={"m-outage": "yes"})
+    closed_port = free_ports(1)[0]
+    cp.start_scheduler(scheduler_config(f"http://127.0.0.1:{closed_port}"))
+    try:
+        daemonset = {
+            "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "ds", "namespace": "m-outage"},
+            "spec": {"selector": {"matchLabels": {"app": "ds"}}, "template": {
+                "metadata": {"labels": {"app": "ds"}},
+                "spec": {"nodeSelector": {"m-outage": "yes"}, "tolerations": [{"operator": "Exists"}],
+                         "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}}
+        cp.kubectl("apply", "-f", "-", input=json.dumps(daemonset))
+
+        def refused() -> list[dict[str, Any]]:
+            return [e for e in events(cp, "m-outage", "FailedScheduling") if "connection refused" in e["message"]]
+
+        wait_for(lambda: bool(refused()), timeout=WAIT, what="FailedScheduling: extender connection refused")
+        time.sleep(2)
+        assert bound(cp, "m-outage") == {}, f"a pod was bound to {node} with the extender down"
+        print(f"[e2e] {refused()[0]['message']}")
+    finally:
+        cp.stop_scheduler()
