@@ -1,8 +1,10 @@
-"""EventRecorder: Kubernetes Events written off the hot path, deduplicated and rate-limited.
+"""Writes to the API server that happen off the hot path: Events and wake-up nudges.
 
-Owns: a bounded queue drained by one background thread that hands events to a sink (the API, or the
-log in snapshot mode); suppression of repeats of the same (pod, reason) within ``repeat_seconds``;
-a global rate limit. Must not: block the caller (a full queue drops and counts) or import the client.
+Owns: ``BackgroundWriter`` — a bounded queue drained by one daemon thread at a fixed maximum rate,
+counting what it sent, dropped (queue full) and failed — and its two uses: ``EventRecorder``
+(Kubernetes Events on pods, repeats of the same (pod, reason, message) suppressed for
+``repeat_seconds``) and ``PodWaker`` (annotation bumps that make kube-scheduler retry pending pods).
+Must not: block the caller, or import the client (writers are handed callables).
 """
 
 from __future__ import annotations
@@ -14,12 +16,60 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from extender.model import PodRecord
 
 log = logging.getLogger(__name__)
 
+Item = TypeVar("Item")
 Sink = Callable[[dict[str, str], str, str, str], None]  # (pod ref, type, reason, message)
+
+
+class BackgroundWriter(Generic[Item]):
+    """One daemon thread writing queued items, at most ``per_second`` a second; callers never block."""
+
+    def __init__(self, name: str, *, per_second: float, capacity: int) -> None:
+        self._queue: queue.Queue[Item | None] = queue.Queue(maxsize=capacity)
+        self._interval = 1.0 / per_second
+        self.sent = 0
+        self.dropped = 0
+        self.failed = 0
+        self._thread = threading.Thread(target=self._drain, name=name, daemon=True)
+        self._thread.start()
+
+    def _offer(self, item: Item) -> bool:
+        """Queue ``item``; False (and counted as dropped) when the queue is full."""
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self.dropped += 1
+            return False
+        return True
+
+    def _write(self, item: Item) -> None:
+        raise NotImplementedError
+
+    def _failed(self, item: Item, exc: Exception) -> None:
+        log.warning("%s: %r not written: %s", self._thread.name, item, exc)
+
+    def close(self, timeout: float = 2.0) -> None:
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(None)
+        self._thread.join(timeout)
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self._write(item)
+                self.sent += 1
+            except Exception as exc:  # best effort: count, log, carry on
+                self.failed += 1
+                self._failed(item, exc)
+            time.sleep(self._interval)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,21 +80,17 @@ class _Event:
     message: str
 
 
-class EventRecorder:
+class EventRecorder(BackgroundWriter[_Event]):
+    """Kubernetes Events on pods, deduplicated."""
+
     def __init__(self, sink: Sink, *, repeat_seconds: float = 60.0, per_second: float = 20.0,
                  capacity: int = 10000, clock: Callable[[], float] = time.monotonic) -> None:
         self._sink = sink
-        self._queue: queue.Queue[_Event | None] = queue.Queue(maxsize=capacity)
         self._recent: dict[tuple[str, str, str], float] = {}
         self._repeat = repeat_seconds
-        self._interval = 1.0 / per_second
         self._clock = clock
         self._lock = threading.Lock()
-        self.sent = 0
-        self.dropped = 0
-        self.failed = 0
-        self._thread = threading.Thread(target=self._drain, name="events", daemon=True)
-        self._thread.start()
+        super().__init__("events", per_second=per_second, capacity=capacity)
 
     def record(self, pods: Iterable[PodRecord], event_type: str, reason: str, message: str) -> None:
         """Queue one event per pod; never blocks."""
@@ -55,42 +101,25 @@ class EventRecorder:
                 if now - self._recent.get(key, -1e18) < self._repeat:
                     continue
                 self._recent[key] = now
-                event = _Event({"namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
-                               event_type, reason, message)
-                try:
-                    self._queue.put_nowait(event)
-                except queue.Full:
-                    self.dropped += 1
+                self._offer(_Event({"namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
+                                   event_type, reason, message))
             if len(self._recent) > 50000:
                 cutoff = now - self._repeat
                 self._recent = {k: t for k, t in self._recent.items() if t >= cutoff}
 
-    def close(self, timeout: float = 2.0) -> None:
-        with contextlib.suppress(queue.Full):
-            self._queue.put_nowait(None)
-        self._thread.join(timeout)
+    def _write(self, item: _Event) -> None:
+        self._sink(item.pod, item.event_type, item.reason, item.message)
 
-    def _drain(self) -> None:
-        while True:
-            event = self._queue.get()
-            if event is None:
-                return
-            try:
-                self._sink(event.pod, event.event_type, event.reason, event.message)
-                self.sent += 1
-            except Exception as exc:  # an event is best effort: count, log, carry on
-                self.failed += 1
-                log.warning("event %s on %s/%s not written: %s", event.reason, event.pod["namespace"],
-                            event.pod["name"], exc)
-            time.sleep(self._interval)
+    def _failed(self, item: _Event, exc: Exception) -> None:
+        log.warning("event %s on %s/%s not written: %s", item.reason, item.pod["namespace"], item.pod["name"], exc)
 
 
 WAKE_ANNOTATION = "gang-extender.io/wake"
 """Annotation gang-extender bumps on a pending pod to make kube-scheduler retry it now."""
 
 
-class PodWaker:
-    """Makes kube-scheduler retry pending pods by touching an annotation, off the hot path.
+class PodWaker(BackgroundWriter[tuple[str, str]]):
+    """Makes kube-scheduler retry pending pods by touching an annotation.
 
     Pods an extender rejects wait in the scheduler's unschedulable pool until a cluster event (or a
     5-minute flush). When capacity frees up for reasons the scheduler cannot see (a gang's back-off
@@ -101,48 +130,25 @@ class PodWaker:
     def __init__(self, patch: Callable[[str, str, dict[str, str]], None], *, per_second: float = 50.0,
                  capacity: int = 10000, clock: Callable[[], float] = time.time) -> None:
         self._patch = patch
-        self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue(maxsize=capacity)
         self._pending: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
-        self._interval = 1.0 / per_second
         self._clock = clock
-        self.sent = 0
-        self.dropped = 0
-        self.failed = 0
-        self._thread = threading.Thread(target=self._drain, name="waker", daemon=True)
-        self._thread.start()
+        super().__init__("waker", per_second=per_second, capacity=capacity)
 
     def wake(self, pods: Iterable[PodRecord]) -> None:
         with self._lock:
             for pod in pods:
                 key = (pod.namespace, pod.name)
-                if pod.bound or key in self._pending:
-                    continue
-                try:
-                    self._queue.put_nowait(key)
+                if not pod.bound and key not in self._pending and self._offer(key):
                     self._pending.add(key)
-                except queue.Full:
-                    self.dropped += 1
 
-    def close(self, timeout: float = 2.0) -> None:
-        with contextlib.suppress(queue.Full):
-            self._queue.put_nowait(None)
-        self._thread.join(timeout)
+    def _write(self, item: tuple[str, str]) -> None:
+        with self._lock:
+            self._pending.discard(item)
+        self._patch(item[0], item[1], {WAKE_ANNOTATION: f"{self._clock():.3f}"})
 
-    def _drain(self) -> None:
-        while True:
-            key = self._queue.get()
-            if key is None:
-                return
-            with self._lock:
-                self._pending.discard(key)
-            try:
-                self._patch(key[0], key[1], {WAKE_ANNOTATION: f"{self._clock():.3f}"})
-                self.sent += 1
-            except Exception as exc:  # best effort: the pod may be gone; count, log, carry on
-                self.failed += 1
-                log.debug("wake of %s/%s failed: %s", key[0], key[1], exc)
-            time.sleep(self._interval)
+    def _failed(self, item: tuple[str, str], exc: Exception) -> None:
+        log.debug("wake of %s/%s failed: %s", item[0], item[1], exc)  # the pod may be gone
 
 
 def log_sink(pod: dict[str, str], event_type: str, reason: str, message: str) -> None:
