@@ -130,12 +130,12 @@ class GangLedger:
             if state is None:
                 state = self._gangs[gang] = GangState(gang, policy)
             state.policy = policy
+            if state.admitted_at is not None:
+                return PASS  # checked first: admitted gangs' members are filtered often
             members = self.mirror.members(gang)
             if pod is not None and pod.gang == gang and not self.mirror.is_member(gang, pod.uid):
                 members.append(pod)
             placed = self._placed(members, state)
-            if state.admitted_at is not None:
-                return PASS
             if len(placed) + len(self._waiting(state)) >= policy.min_count:
                 return PASS  # complete: later members and replacements need no reservation
             if now < state.backoff_until:
