@@ -4,14 +4,17 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test test-fast lint typecheck layers k8s bench clean
+.PHONY: help demo test test-fast lint typecheck layers k8s bench fuzz faults stress clean
 
 help:
 	@echo "make demo       run the extender against a local Kubernetes control plane with a sample gang"
 	@echo "make test       lint, type-check, layer check, unit + HTTP + end-to-end tests (what CI runs)"
 	@echo "make test-fast  the same without the end-to-end tier"
 	@echo "make bench      filter latency benchmark (results: docs/performance.md)"
-	@echo "make k8s        build the pinned Kubernetes binaries into ~/.cache/gang-extender"
+	@echo "make fuzz       hostile input: 10,000 bodies per verb against a live server (docs/reliability.md)"
+	@echo "make faults     kill -9, kube-apiserver restarts, refused bindings on a real control plane"
+	@echo "make stress     10x filter rate for 60 s, 600-member bind barrier (docs/reliability.md)"
+	@echo "make k8s        build the pinned Kubernetes binaries (v1.35.4, v1.37.2) into ~/.cache/gang-extender"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +24,7 @@ $(STAMP): pyproject.toml
 
 k8s:
 	bash hack/build-k8s.sh
+	K8S_VERSION=1.37.2 bash hack/build-k8s.sh  # the second pinned release (tests/e2e/test_gangs_v137.py)
 
 demo: $(STAMP) k8s
 	$(BIN)/python hack/demo.py
@@ -43,5 +47,46 @@ test: lint typecheck layers k8s
 bench: $(STAMP)
 	$(BIN)/python bench/filter_latency.py
 
+FUZZ_STAMP := $(VENV)/.installed-fuzz
+$(FUZZ_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,fuzz]'
+	@touch $@
+
+fuzz: $(FUZZ_STAMP)
+	$(BIN)/python hack/fuzz.py --examples $${FUZZ_EXAMPLES:-10000}
+
+faults: $(STAMP) k8s
+	$(BIN)/python hack/faults.py
+
+stress: $(STAMP)
+	$(BIN)/python hack/stress.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# ---- replay load test and end-to-end scheduling benchmark (docs/performance.md) -------------------
+BENCH_STAMP := $(VENV)/.installed-bench
+ROOT_OR_SUDO = $$(test "$$(id -u)" = 0 || echo sudo)
+
+.PHONY: wrk loadtest bench-e2e record-corpus
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	@touch $@
+
+wrk:  # the load generator, from Debian's packages
+	@command -v wrk >/dev/null 2>&1 || { echo "installing wrk (apt-get install wrk)"; \
+	  $(ROOT_OR_SUDO) apt-get install -y -q wrk >/dev/null 2>&1 || \
+	  { $(ROOT_OR_SUDO) apt-get update -q >/dev/null && $(ROOT_OR_SUDO) apt-get install -y -q wrk >/dev/null; }; }
+	@wrk --version 2>&1 | head -n 1
+
+loadtest: $(BENCH_STAMP) wrk  # replay tests/data/corpus with wrk; tables on stdout, figures in docs/img
+	$(BIN)/python bench/loadtest.py --json out/loadtest.json $(LOADTEST_ARGS)
+	$(BIN)/python bench/plot.py --only loadtest
+
+bench-e2e: $(BENCH_STAMP) k8s  # kube-scheduler alone / with gang-extender / with the in-tree plugin
+	$(BIN)/python bench/e2e_scheduling.py --json out/bench-e2e.json $(BENCH_E2E_ARGS)
+	$(BIN)/python bench/plot.py --only e2e
+
+record-corpus: $(STAMP) k8s  # re-record tests/data/corpus from a real kube-scheduler
+	$(BIN)/python hack/record_corpus.py

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from flask import Flask, Response
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from extender import routes
 from extender.config import Settings
@@ -44,7 +44,10 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
         status = exc.code or 500
         message = {413: f"request body larger than {settings.max_body_bytes} bytes"}.get(
             status, exc.description or exc.name)
-        return routes.json_response({"error": message, "status": status}, status)
+        response = routes.json_response({"error": message, "status": status}, status)
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:  # RFC 9110: a 405 names what is allowed
+            response.headers["Allow"] = ", ".join(exc.valid_methods)
+        return response
 
     runtime.start()
     return app

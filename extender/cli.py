@@ -1,4 +1,4 @@
-"""Command line: ``gang-extender serve`` (and, later, more subcommands).
+"""Command line: ``gang-extender serve`` and ``gang-extender explain`` (extender/explain.py).
 
 Owns: argument parsing, logging setup, turning invalid settings into one message and exit code 2,
 and running gunicorn with exactly one gthread worker (gang state, the mirror and held binds must live
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from extender import config
+from extender import config, explain
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,11 +23,40 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the extender verbs over HTTP (gunicorn, one worker)")
     config.add_arguments(serve)
+    explain.add_parser(commands)
     return parser
 
 
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+KEEPALIVE_CONNECTIONS = 256  # idle keep-alive client connections on top of one per thread
+FDS_BESIDES_CONNECTIONS = 128  # listening socket, watches, API connection pool, log and record files
+
+
+def worker_connections(threads: int) -> int:
+    """gunicorn's per-worker connection cap. Its default, 1000, would cap held binds below --threads
+    above 1000 and, at or above 1000 threads, turn keep-alive off (gthread keeps at most
+    worker_connections - threads idle connections)."""
+    return threads + KEEPALIVE_CONNECTIONS
+
+
+def ensure_open_files(threads: int) -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE so every connection gunicorn accepts has a descriptor (each held bind
+    is one socket); returns (needed, soft limit now). A hard limit below the need is left alone and logged."""
+    import resource
+
+    needed = worker_connections(threads) + FDS_BESIDES_CONNECTIONS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        logging.getLogger(__name__).warning(
+            "open-file limit %d (hard) is below the %d that --threads %d needs: raise the container's nofile "
+            "ulimit or lower --threads, or connections beyond it are refused", soft, needed, threads)
+    return needed, soft
 
 
 def serve(settings: config.Settings) -> None:
@@ -41,6 +71,7 @@ def serve(settings: config.Settings) -> None:
                 "workers": 1,                 # never more: see docs/decisions/0001-one-worker.md
                 "worker_class": "gthread",
                 "threads": settings.threads,  # each held bind occupies a thread
+                "worker_connections": worker_connections(settings.threads),
                 "timeout": 120,
                 "graceful_timeout": 10,
                 "keepalive": 75,              # kube-scheduler reuses its connections
@@ -48,6 +79,10 @@ def serve(settings: config.Settings) -> None:
                 "accesslog": "-" if settings.log_level.upper() == "DEBUG" else None,
                 "loglevel": settings.log_level.lower(),
             }
+            if settings.tls_cert_file:  # HTTPS; kube-scheduler: extenders[].enableHTTPS + tlsConfig
+                options.update(certfile=settings.tls_cert_file, keyfile=settings.tls_key_file)
+                if settings.tls_client_ca_file:  # only clients with a certificate this CA signed
+                    options.update(ca_certs=settings.tls_client_ca_file, cert_reqs=ssl.CERT_REQUIRED)
             if "control_socket_disable" in self.cfg.settings:  # gunicorn >= 25
                 # Its control socket can add workers at run time, which would break the one-worker rule.
                 options["control_socket_disable"] = True
@@ -57,15 +92,40 @@ def serve(settings: config.Settings) -> None:
         def load(self) -> Any:
             return create_app(settings)
 
+    ensure_open_files(settings.threads)
     _Gunicorn().run()
+
+
+def tls_problems(settings: config.Settings) -> list[str]:
+    """Load the TLS files as gunicorn will, so a bad pair fails here (exit 2), not in the worker."""
+    if not settings.tls_cert_file:
+        return []
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    problems = []
+    try:
+        context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    except (ssl.SSLError, OSError) as exc:
+        problems.append(f"tls-cert-file/tls-key-file: cannot load the certificate and key: {exc}")
+    if settings.tls_client_ca_file:
+        try:
+            context.load_verify_locations(cafile=settings.tls_client_ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            problems.append(f"tls-client-ca-file: cannot load CA certificates: {exc}")
+    return problems
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "explain":  # a client of a running extender: the server's settings do not apply
+        return explain.run(args)
     try:
         settings = config.load(vars(args))
     except config.ConfigError as exc:
         print(f"gang-extender: {exc}", file=sys.stderr)
+        return 2
+    problems = tls_problems(settings) if args.command == "serve" else []
+    if problems:
+        print(f"gang-extender: {config.ConfigError(problems)}", file=sys.stderr)
         return 2
     _setup_logging(settings.log_level)
     if args.command == "serve":

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from extender.groups import GROUP_PARSERS
+from extender.groups import GROUP_PARSERS, GroupMeta, group_meta
 from extender.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord
 from extender.quantity import Resources, add_into
 from extender.records import node_record, pod_record
@@ -47,6 +47,8 @@ class ClusterMirror:
         self._members: dict[GangKey, set[str]] = {}
         self._groups: dict[GroupRef, GangPolicy | None] = {}
         self._group_objects: dict[tuple[GroupKind, ObjectKey], tuple[GroupRef, ...]] = {}
+        self._group_meta: dict[GroupRef, GroupMeta] = {}
+        self._policy_changes: set[GroupRef] = set()  # groups whose gang policy changed, for the ledger
         self._reserved: dict[str, dict[GangKey, Resources]] = {}  # node -> gang -> reserved
         self.rejected_objects = 0  # objects too malformed to mirror (counted, logged by the caller)
 
@@ -229,11 +231,20 @@ class ClusterMirror:
     # ------------------------------------------------------------------------------------ groups
     def upsert_group(self, kind: GroupKind, obj: Mapping[str, Any]) -> None:
         groups = GROUP_PARSERS[kind](obj)
+        meta = group_meta(kind, obj)
         metadata = obj.get("metadata") or {}
         key = (kind, (str(metadata.get("namespace") or "default"), str(metadata.get("name"))))
         with self.lock:
-            for ref in self._group_objects.get(key, ()):
+            old = {ref: self._groups.get(ref) for ref in self._group_objects.get(key, ())}
+            for ref in old:
                 self._groups.pop(ref, None)
+                self._group_meta.pop(ref, None)
+            for ref, policy in groups.items():
+                if ref not in old or old[ref] != policy:
+                    # A group that appeared (its pods may be waiting for it) or whose policy changed (a
+                    # 1.37 PodGroup whose minCount was scaled): the ledger re-evaluates and wakes them.
+                    self._policy_changes.add(ref)
+                self._group_meta[ref] = meta
             self._groups.update(groups)
             self._group_objects[key] = tuple(groups)
 
@@ -241,6 +252,18 @@ class ClusterMirror:
         with self.lock:
             for ref in self._group_objects.pop((kind, (namespace, name)), ()):
                 self._groups.pop(ref, None)
+                self._group_meta.pop(ref, None)
+
+    def group_meta(self, group: GroupRef) -> GroupMeta | None:
+        """Where the group object is served and what its status says now (None: no object)."""
+        with self.lock:
+            return self._group_meta.get(group)
+
+    def take_policy_changes(self) -> set[GroupRef]:
+        """Groups that appeared or whose gang policy changed since the last call (each reported once)."""
+        with self.lock:
+            changes, self._policy_changes = self._policy_changes, set()
+            return changes
 
     def replace_groups(self, kind: GroupKind, objs: Iterable[Mapping[str, Any]]) -> None:
         """A relist of one kind of group object; like ``replace_nodes``."""
@@ -281,6 +304,15 @@ class ClusterMirror:
 
     def is_member(self, gang: GangKey, uid: str) -> bool:
         return uid in self._members.get(gang, ())
+
+    def find_gangs(self, namespace: str, name: str, pod_group: str | None = None,
+                   replica: str | None = None) -> list[GangKey]:
+        """Gangs of group ``namespace/name`` (any kind) that have members or a group object, sorted."""
+        with self.lock:
+            found = {g for g in self._members if g.group.namespace == namespace and g.group.name == name}
+            found |= {GangKey(ref) for ref in self._groups if ref.namespace == namespace and ref.name == name}
+        return sorted(g for g in found if (pod_group is None or g.group.pod_group == pod_group)
+                      and (replica is None or g.replica == replica))
 
     def gangs(self) -> Iterator[GangKey]:
         with self.lock:

@@ -37,11 +37,16 @@ class Settings:
     cache_size: int = 1_000_000            # node verdicts kept over all signatures (~150 B each); 0 disables
     cache_ttl_seconds: float = 300.0       # backstop: entries are refreshed by generation anyway
     max_body_bytes: int = 64 * 2**20
-    threads: int = 256                     # gunicorn gthread threads: >= bind requests held at once
+    threads: int = 1024                    # gunicorn gthread threads: >= bind requests held at once
     bind_parallelism: int = 8              # API binds in flight when a gang reaches quorum
     log_level: str = "INFO"
     record_file: str | None = None         # append every request and reply as JSONL (off by default)
     record_max_bytes: int = 256 * 2**20    # recording stops when the file reaches this size
+    discovery_interval_seconds: float = 30.0  # how often served group APIs are re-discovered
+    group_status: str = "on"               # write PodGroup status (condition / phase): on or off
+    tls_cert_file: str | None = None       # serve HTTPS with this certificate (PEM, chain after the leaf)
+    tls_key_file: str | None = None        # ... and this private key (PEM)
+    tls_client_ca_file: str | None = None  # require client certificates signed by this CA (PEM bundle)
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -68,6 +73,14 @@ _HELP = {
     "record_file": "append every request and reply (verb, arrival, status, latency, bodies) to this JSONL file, "
                    "for replay load tests; off by default",
     "record_max_bytes": "stop recording when the file reaches this size",
+    "tls_cert_file": "serve HTTPS with this certificate (PEM; intermediates after the leaf); needs --tls-key-file",
+    "tls_key_file": "private key of --tls-cert-file (PEM, unencrypted)",
+    "tls_client_ca_file": "accept only clients whose certificate this CA bundle signed (kube-scheduler's client "
+                          "certificate: extenders[].tlsConfig.certFile); needs --tls-cert-file",
+    "discovery_interval_seconds": "how often to re-discover which group APIs (Workload, PodGroup, the "
+                                  "PodGroup CRD) are served, so CRDs installed or removed later are followed",
+    "group_status": "on: write the scheduling status of gangs the extender decides (1.36+ PodGroup condition, "
+                    "scheduler-plugins PodGroup status.phase); off: never write group status",
 }
 
 
@@ -136,11 +149,22 @@ def validate(settings: Settings) -> list[str]:
         problems.append(f"log-level must be one of {', '.join(LOG_LEVELS)}, got {settings.log_level!r}")
     if settings.record_max_bytes < 1024:
         problems.append(f"record-max-bytes must be >= 1024, got {settings.record_max_bytes}")
+    if not 1 <= settings.discovery_interval_seconds <= 3600:  # also rejects nan
+        problems.append(f"discovery-interval-seconds must be 1..3600, got {settings.discovery_interval_seconds}")
+    if settings.group_status not in ("on", "off"):
+        problems.append(f"group-status must be on or off, got {settings.group_status!r}")
     if settings.record_file is not None:
         parent = os.path.dirname(os.path.abspath(settings.record_file))
         if not os.path.isdir(parent):
             problems.append(f"record-file: directory {parent!r} does not exist")
-    for name in ("kubeconfig", "cluster_snapshot"):
+    if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+        given, missing = ("tls-cert-file", "tls-key-file") if settings.tls_key_file is None else (
+            "tls-key-file", "tls-cert-file")
+        problems.append(f"{given} needs {missing} too (HTTPS takes a certificate and its key)")
+    if settings.tls_client_ca_file is not None and settings.tls_cert_file is None:
+        problems.append("tls-client-ca-file needs tls-cert-file and tls-key-file (client certificates are "
+                        "checked only over HTTPS)")
+    for name in ("kubeconfig", "cluster_snapshot", "tls_cert_file", "tls_key_file", "tls_client_ca_file"):
         path = getattr(settings, name)
         if path is not None and not os.path.isfile(path):
             problems.append(f"{name.replace('_', '-')}: no such file {path!r}")

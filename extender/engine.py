@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,15 @@ log = logging.getLogger(__name__)
 
 ALL_FIT_RETRIES = 8
 """Mismatches with a signature's remembered all-fit node list before a newer list replaces it."""
+
+MAX_MESSAGE = 1024
+"""Longest per-node failure message. A message can quote request data (a gang name, an annotation, a
+resource name) and is repeated once per requested node: unbounded, a 100 KB annotation times 2,000
+node names made a 200 MB reply."""
+
+
+def _bounded(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "\u2026"
 
 
 class BindError(Exception):
@@ -58,6 +68,7 @@ class Engine:
         self.clock = clock
         self._bind_pool = ThreadPoolExecutor(max_workers=max(1, bind_parallelism),
                                              thread_name_prefix="gang-bind")
+        ledger.on_release = self._release_in_background
 
     def close(self) -> None:
         self._bind_pool.shutdown(wait=False, cancel_futures=True)
@@ -92,6 +103,7 @@ class Engine:
             if not verdict.passes:
                 if verdict.code is Code.WAIT_RESOLVABLE:
                     self.ledger.note_blocked(pod)
+                self.ledger.note_waiting(pod, verdict)
                 return _all_failed(args.node_names, verdict)
         result = self._node_verdicts(args, facts, gang)
         if not result.feasible:
@@ -178,6 +190,9 @@ class Engine:
                     raise ProtocolError(f"Nodes: {exc}") from None
 
     def _verdict(self, name: str, facts: _PodFacts, gang: GangKey | None) -> str:
+        return _bounded(self._node_verdict(name, facts, gang))
+
+    def _node_verdict(self, name: str, facts: _PodFacts, gang: GangKey | None) -> str:
         node = self.mirror.nodes.get(name)
         if node is None:
             return "node is not known to gang-extender (its node watch has not seen it)"
@@ -267,6 +282,16 @@ class Engine:
         errors = list(self._bind_pool.map(lambda h: self._bind_one(h.pod, h.node), holds))
         self.ledger.released(gang, list(zip(holds, errors, strict=True)))
 
+    def _release_in_background(self, gang: GangKey, holds: list[Hold]) -> None:
+        """Bind a quorum the ledger found complete outside any bind request (its minCount was lowered)."""
+        threading.Thread(target=self._release, args=(gang, holds), name="gang-release", daemon=True).start()
+
+    # ----------------------------------------------------------------------------------- explain
+    def explain(self, namespace: str, name: str, pod_group: str | None = None,
+                replica: str | None = None) -> list[dict[str, Any]]:
+        """What the extender knows about every gang of group ``namespace/name`` (read-only)."""
+        return [self.ledger.explain(gang) for gang in self.mirror.find_gangs(namespace, name, pod_group, replica)]
+
     def _await(self, gang: GangKey, hold: Hold) -> str:
         while not hold.done.is_set():
             state = self.ledger.state(gang)
@@ -297,7 +322,7 @@ class _PodFacts:
 
 
 def _all_failed(names: list[Any], verdict: Verdict) -> FilterResult:
-    failed = dict.fromkeys(check_node_names(names), verdict.message)
+    failed = dict.fromkeys(check_node_names(names), _bounded(verdict.message))
     if verdict.code is Code.WAIT_UNRESOLVABLE:
         return FilterResult([], {}, failed)
     return FilterResult([], failed, {})

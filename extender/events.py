@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -24,6 +25,10 @@ log = logging.getLogger(__name__)
 
 Item = TypeVar("Item")
 Sink = Callable[[dict[str, str], str, str, str], None]  # (pod ref, type, reason, message)
+
+COARSE_REASONS = frozenset({"GangWaiting"})
+"""Reasons whose repeats are recognised without the numbers in their message (counts change often)."""
+_NUMBERS = re.compile(r"\d+")
 
 
 class BackgroundWriter(Generic[Item]):
@@ -96,8 +101,9 @@ class EventRecorder(BackgroundWriter[_Event]):
         """Queue one event per pod; never blocks."""
         now = self._clock()
         with self._lock:
+            text = _NUMBERS.sub("#", message) if reason in COARSE_REASONS else message
             for pod in pods:
-                key = (pod.uid, reason, message)
+                key = (pod.uid, reason, text)
                 if now - self._recent.get(key, -1e18) < self._repeat:
                     continue
                 self._recent[key] = now

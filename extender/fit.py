@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from extender.model import NodeRecord, Taint
@@ -43,6 +44,11 @@ class Requirement:
     operator: str
     values: tuple[str, ...]
     field: bool = False  # matchFields (metadata.name) rather than labels
+    # ``values`` as a set: In/NotIn against thousands of values on thousands of nodes stays linear
+    members: frozenset[str] = dataclass_field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", frozenset(self.values))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +107,9 @@ def _requirement_matches(req: Requirement, node: NodeRecord) -> bool:
         present, value = req.key in node.labels, node.labels.get(req.key, "")
     op = req.operator
     if op == "In":
-        return present and value in req.values
+        return present and value in req.members
     if op == "NotIn":
-        return not present or value not in req.values
+        return not present or value not in req.members
     if op == "Exists":
         return present
     if op == "DoesNotExist":

@@ -6,9 +6,18 @@ a pod) and ``(GroupRef, GangPolicy)`` pairs (for a group object):
 - ``scheduling.k8s.io/v1alpha1`` Workload (Kubernetes 1.35): ``spec.podGroups[].policy.gang.minCount``,
   pods link with ``spec.workloadRef{name, podGroup, podGroupReplicaKey}``; every distinct replica key
   is an independent gang.
+- ``scheduling.k8s.io`` PodGroup, ``v1alpha2`` (1.36) and ``v1alpha3``/``v1beta1`` (1.37):
+  ``spec.schedulingPolicy.gang.minCount`` (mutable from 1.37), pods link with
+  ``spec.schedulingGroup.podGroupName`` (same namespace, no replica key). The Workload *template* the
+  PodGroup came from (``spec.podGroupTemplateRef.workload`` in v1alpha2, ``spec.workloadRef`` later) is
+  kept as context only; 1.36+ Workloads themselves are not gang sources.
 - ``scheduling.x-k8s.io/v1alpha1`` PodGroup (scheduler-plugins coscheduling CRD): ``spec.minMember``,
   ``spec.scheduleTimeoutSeconds``, pods link with the label ``scheduling.x-k8s.io/pod-group``.
 - Plain pod annotations (no API at all): ``gang-extender.io/group`` + ``gang-extender.io/min-count``.
+
+Also owns the other direction: which API versions to look for (newest first), what a group object's
+status says now (``GroupMeta``), and the status body users read (``status_apply``): the scheduling
+condition of 1.36+ PodGroups, ``status.phase`` and counts of scheduler-plugins PodGroups.
 
 Must not: hold state or talk to the API server. Anything malformed yields a GroupError whose
 message names the field.
@@ -20,10 +29,44 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.model import GangKey, GangPolicy, GroupKind, GroupRef
+from extender.model import GangKey, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef
 
 WORKLOAD_API = ("scheduling.k8s.io", "v1alpha1", "workloads")
 COSCHEDULING_API = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+PODGROUP_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
+"""Versions of the 1.36+ ``scheduling.k8s.io`` PodGroup, newest first (one shape for our purposes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupApi:
+    """One watched kind of group object: its API group, resource, and versions newest first."""
+
+    kind: GroupKind
+    group: str
+    resource: str
+    versions: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        """The watch's name in readiness and metrics, e.g. ``podgroups.scheduling.k8s.io``."""
+        return f"{self.resource}.{self.group}"
+
+    def path(self, version: str) -> str:
+        return f"/apis/{self.group}/{version}/{self.resource}"
+
+
+GROUP_APIS = (
+    GroupApi(GroupKind.WORKLOAD, WORKLOAD_API[0], WORKLOAD_API[2], (WORKLOAD_API[1],)),
+    GroupApi(GroupKind.PODGROUP, "scheduling.k8s.io", "podgroups", PODGROUP_VERSIONS),
+    GroupApi(GroupKind.COSCHEDULING, COSCHEDULING_API[0], COSCHEDULING_API[2], (COSCHEDULING_API[1],)),
+)
+"""Every group API the extender can watch; discovery picks the newest served version of each."""
+
+OBJECT_KINDS = {
+    **{(f"{api.group}/{version}", "PodGroup" if api.resource == "podgroups" else "Workload"): api.kind
+       for api in GROUP_APIS for version in api.versions},
+}
+"""(apiVersion, kind) of a group object -> its GroupKind (snapshot files, golden objects)."""
 
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 ANNOTATION_GROUP = "gang-extender.io/group"
@@ -79,7 +122,12 @@ def _dict(value: object) -> Mapping[str, Any]:
 
 
 def pod_link(pod: Mapping[str, Any]) -> PodLink | None:
-    """The gang a raw pod belongs to, or None. Checked in order: workloadRef, label, annotation."""
+    """The gang a raw pod belongs to, or None.
+
+    Checked in order: ``spec.workloadRef`` (1.35), ``spec.schedulingGroup`` (1.36+), the coscheduling
+    label, the annotations. Read from the raw JSON: the kubernetes client's models drop fields of the
+    versions they do not know.
+    """
     metadata = _dict(pod.get("metadata"))
     namespace = str(metadata.get("namespace") or "default")
     spec = _dict(pod.get("spec"))
@@ -87,6 +135,9 @@ def pod_link(pod: Mapping[str, Any]) -> PodLink | None:
     if isinstance(ref, dict) and ref.get("name"):
         group = GroupRef(GroupKind.WORKLOAD, namespace, str(ref["name"]), str(ref.get("podGroup") or ""))
         return PodLink(GangKey(group, str(ref.get("podGroupReplicaKey") or "")))
+    scheduling_group = spec.get("schedulingGroup")
+    if isinstance(scheduling_group, dict) and scheduling_group.get("podGroupName"):
+        return PodLink(GangKey(GroupRef(GroupKind.PODGROUP, namespace, str(scheduling_group["podGroupName"]))))
     labels = _dict(metadata.get("labels"))
     if labels.get(COSCHEDULING_LABEL):
         return PodLink(GangKey(GroupRef(GroupKind.COSCHEDULING, namespace, str(labels[COSCHEDULING_LABEL]))))
@@ -142,8 +193,137 @@ def coscheduling_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | No
     return {GroupRef(GroupKind.COSCHEDULING, namespace, name): GangPolicy(min_member, timeout)}
 
 
+def _gang_policy(policy: Mapping[str, Any], field: str, timeout: float | None) -> GangPolicy | None:
+    """A ``schedulingPolicy``/``policy`` union: ``gang{minCount}`` is a gang, ``basic{}`` (or nothing) is not."""
+    gang = policy.get("gang")
+    if not isinstance(gang, dict):
+        return None
+    return GangPolicy(_positive_int(gang.get("minCount"), f"{field}.gang.minCount"), timeout)
+
+
+def podgroup_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]:
+    """The gang of a 1.36+ ``scheduling.k8s.io`` PodGroup (v1alpha2, v1alpha3, v1beta1: same field)."""
+    metadata = _dict(obj.get("metadata"))
+    namespace, name = str(metadata.get("namespace") or "default"), str(metadata.get("name") or "")
+    if not name:
+        raise GroupError("PodGroup has no metadata.name")
+    policy = _dict(obj.get("spec")).get("schedulingPolicy")
+    field = f"PodGroup {namespace}/{name}: spec.schedulingPolicy"
+    if policy is not None and not isinstance(policy, dict):
+        raise GroupError(f"{field} must be an object")
+    timeout = _timeout(_dict(metadata.get("annotations")))
+    return {GroupRef(GroupKind.PODGROUP, namespace, name): _gang_policy(_dict(policy), field, timeout)}
+
+
 GROUP_PARSERS = {
     GroupKind.WORKLOAD: workload_groups,
+    GroupKind.PODGROUP: podgroup_group,
     GroupKind.COSCHEDULING: coscheduling_group,
 }
 """Group object kind -> parser. The annotation form has no object: its pods carry the policy."""
+
+
+# ------------------------------------------------------------------------------------- status
+CONDITION_SCHEDULED_V1ALPHA2 = "PodGroupScheduled"
+CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_SCHEDULED = "Scheduled"  # what kube-scheduler itself writes when a pod group is placed
+MAX_MESSAGE = 1024
+
+
+def condition_type(api_version: str) -> str:
+    """The scheduling condition of a 1.36+ PodGroup: renamed in 1.37 (v1alpha3, v1beta1)."""
+    return CONDITION_SCHEDULED_V1ALPHA2 if api_version.endswith("/v1alpha2") else CONDITION_INITIALLY_SCHEDULED
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    status: str
+    reason: str
+    message: str
+    last_transition_time: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMeta:
+    """Facts about a group object beyond its gang policy: where it is served, its context, its status now."""
+
+    api_version: str
+    uid: str = ""
+    template: str = ""                 # 1.36+ PodGroup: "<workload>/<template>" it was made from (context)
+    condition: Condition | None = None  # 1.36+ PodGroup: the scheduling condition as the object has it
+    phase: str = ""                    # scheduler-plugins PodGroup: status.phase as the object has it
+    scheduled: int | None = None       # scheduler-plugins PodGroup: status.scheduled as the object has it
+
+
+def group_meta(kind: GroupKind, obj: Mapping[str, Any]) -> GroupMeta:
+    """What the object says besides its policy; never raises (absent or odd fields are left empty)."""
+    metadata, spec, status = _dict(obj.get("metadata")), _dict(obj.get("spec")), _dict(obj.get("status"))
+    api_version = str(obj.get("apiVersion") or "")
+    uid = str(metadata.get("uid") or "")
+    if kind is GroupKind.PODGROUP:
+        ref = _dict(spec.get("workloadRef"))  # v1alpha3, v1beta1
+        workload, template = ref.get("workloadName"), ref.get("templateName")
+        if not workload:  # v1alpha2
+            old = _dict(_dict(spec.get("podGroupTemplateRef")).get("workload"))
+            workload, template = old.get("workloadName"), old.get("podGroupTemplateName")
+        wanted = condition_type(api_version)
+        condition = None
+        for item in status.get("conditions") or []:
+            raw = _dict(item)
+            if raw.get("type") == wanted:
+                condition = Condition(str(raw.get("status") or ""), str(raw.get("reason") or ""),
+                                      str(raw.get("message") or ""), str(raw.get("lastTransitionTime") or ""))
+        context = f"{workload}/{template}" if workload else ""
+        return GroupMeta(api_version, uid, context, condition)
+    if kind is GroupKind.COSCHEDULING:
+        scheduled = status.get("scheduled")
+        return GroupMeta(api_version, uid, phase=str(status.get("phase") or ""),
+                         scheduled=scheduled if isinstance(scheduled, int) else None)
+    return GroupMeta(api_version, uid)
+
+
+COSCHEDULING_PHASES = {
+    GangPhase.WAITING: "Pending",
+    GangPhase.SCHEDULING: "Scheduling",
+    GangPhase.SCHEDULED: "Scheduled",
+}
+"""GangPhase -> scheduler-plugins ``status.phase``. The pod-lifecycle phases (Running, Finished,
+Failed) belong to the PodGroup controller, which sees pod phases; the extender never writes them."""
+
+
+def status_apply(ref: GroupRef, meta: GroupMeta, status: GangStatus, now: str) -> dict[str, Any] | None:
+    """The server-side-apply body of the status users read for ``status``, or None when nothing is to
+    be written: the group kind has no status, the object already says it, or it would go backwards.
+
+    1.36+ PodGroup: one condition (``PodGroupScheduled`` on v1alpha2, ``PodGroupInitiallyScheduled`` on
+    v1alpha3/v1beta1): False/``Unschedulable`` with the waiting reason while the gang waits, True/
+    ``Scheduled`` once it bound at quorum. Never True -> False (``PodGroupInitiallyScheduled`` is terminal
+    once True); the transient Scheduling phase is not written. ``lastTransitionTime`` moves only when the
+    status flips. scheduler-plugins PodGroup: ``status.phase`` and ``status.scheduled``. ``now`` is an
+    RFC 3339 time.
+    """
+    head = {"apiVersion": meta.api_version, "kind": "PodGroup",
+            "metadata": {"name": ref.name, "namespace": ref.namespace}}
+    message = status.message[:MAX_MESSAGE]
+    if ref.kind is GroupKind.PODGROUP:
+        if status.phase is GangPhase.SCHEDULING:
+            return None
+        scheduled = status.phase is GangPhase.SCHEDULED
+        old = meta.condition
+        if old is not None and old.status == "True":
+            return None
+        value, reason = ("True", REASON_SCHEDULED) if scheduled else ("False", REASON_UNSCHEDULABLE)
+        if old is not None and (old.status, old.reason, old.message) == (value, reason, message):
+            return None
+        since = old.last_transition_time if old is not None and old.status == value and \
+            old.last_transition_time else now
+        condition = {"type": condition_type(meta.api_version), "status": value, "reason": reason,
+                     "message": message, "lastTransitionTime": since}
+        return {**head, "status": {"conditions": [condition]}}
+    if ref.kind is GroupKind.COSCHEDULING:
+        phase = COSCHEDULING_PHASES[status.phase]
+        if meta.phase == phase and meta.scheduled == status.bound:
+            return None
+        return {**head, "status": {"phase": phase, "scheduled": status.bound}}
+    return None

@@ -3,8 +3,8 @@
 Owns: loading credentials (in-cluster, then kubeconfig), raw JSON requests through the client's
 connection pool (objects are parsed with orjson, never into the generated models: 37.x models drop
 ``spec.workloadRef`` and cost ~25x more to build), paginated lists, streaming watches, API discovery,
-``pods/binding``, and Events. Every failure leaves this module as ``KubeError``. Must not: hold
-cluster state or make scheduling decisions.
+``pods/binding``, Events, and the status of group objects (server-side apply). Every failure leaves
+this module as ``KubeError``. Must not: hold cluster state or make scheduling decisions.
 """
 
 from __future__ import annotations
@@ -179,6 +179,16 @@ class KubeClient:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
         self.request("PATCH", path, body={"metadata": {"annotations": dict(annotations)}}, timeout=10.0,
                      content_type="application/merge-patch+json")
+
+    def apply_status(self, body: Mapping[str, Any], resource: str, field_manager: str = "gang-extender") -> None:
+        """Server-side apply of ``body`` (apiVersion, kind, metadata.name/namespace, status) to the
+        object's ``/status`` subresource, without ``force``: fields another manager owns (kube-scheduler
+        writing the same condition) come back as a 409 conflict instead of being taken over."""
+        metadata = body["metadata"]
+        path = (f"/apis/{body['apiVersion']}/namespaces/{quote(metadata['namespace'], safe='')}/{resource}/"
+                f"{quote(metadata['name'], safe='')}/status")
+        self.request("PATCH", path, {"fieldManager": field_manager}, body=dict(body), timeout=10.0,
+                     content_type="application/apply-patch+yaml")
 
     def create_event(self, pod: Mapping[str, str], event_type: str, reason: str, message: str) -> None:
         """A core/v1 Event on a pod (``kubectl describe pod`` and ``kubectl get events`` show it)."""

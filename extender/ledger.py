@@ -1,10 +1,13 @@
 """GangLedger: the lifecycle of every gang this extender is enforcing (no I/O).
 
 Owns: per gang, whether it is admitted and the reservation slots it holds, the bind requests held at
-the barrier, the deadline of the current attempt, back-off after a timeout, and the cached fail-fast
-verdict. It applies the pure rules of ``gang`` and records their effects in the mirror (reservations,
-assumed placements). Must not: call the API server or block: the engine does the binding and the
-waiting, outside the lock.
+the barrier, the deadline of the current attempt, back-off after a timeout, the cached fail-fast
+verdict and the last reason it waited; following gang policy changes (a 1.37 PodGroup whose minCount
+is scaled down may be complete with the binds already held); what users are told (Events and group
+status, handed to callbacks as values) and the facts ``explain`` shows. It applies the pure rules of
+``gang`` and records their effects in the mirror (reservations, assumed placements). Must not: call
+the API server or block: the engine does the binding and the waiting, outside the lock, and the
+callbacks only queue.
 
 Thread safety: the ledger shares the mirror's lock, so a gang decision and the capacity it was based
 on are one consistent step.
@@ -18,11 +21,22 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from extender import gang as rules
 from extender.cluster import ClusterMirror
 from extender.fit import shortfall
-from extender.model import PASS, Code, GangKey, GangPolicy, NodeRecord, PodRecord, Verdict
+from extender.model import (
+    PASS,
+    Code,
+    GangKey,
+    GangPhase,
+    GangPolicy,
+    GangStatus,
+    NodeRecord,
+    PodRecord,
+    Verdict,
+)
 from extender.quantity import Resources, describe
 
 
@@ -79,7 +93,8 @@ class GangLedger:
     def __init__(self, mirror: ClusterMirror, *, timeout_seconds: float, backoff_seconds: float,
                  max_backoff_seconds: float = 300.0, clock: Callable[[], float] = time.monotonic,
                  on_event: Callable[[list[PodRecord], str, str, str], None] | None = None,
-                 on_wake: Callable[[list[PodRecord]], None] | None = None) -> None:
+                 on_wake: Callable[[list[PodRecord]], None] | None = None,
+                 on_status: Callable[[GangKey, GangStatus], None] | None = None) -> None:
         self.mirror = mirror
         self.lock = mirror.lock
         self.timeout_seconds = timeout_seconds
@@ -88,7 +103,12 @@ class GangLedger:
         self.clock = clock
         self.on_event = on_event or (lambda pods, kind, reason, message: None)
         self.on_wake = on_wake or (lambda pods: None)
+        self.on_status = on_status or (lambda gang, status: None)
+        # Binds a quorum that became complete without a bind request (a lowered minCount); the engine
+        # sets it, since only it binds. Called under the lock: it must only hand the work to a thread.
+        self.on_release: Callable[[GangKey, list[Hold]], None] | None = None
         self._gangs: dict[GangKey, GangState] = {}
+        self._verdicts: dict[GangKey, str] = {}  # last waiting message of gangs the ledger has no state for
         self._blocked: dict[str, PodRecord] = {}  # pods rejected until capacity frees up
         self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0}
 
@@ -163,7 +183,23 @@ class GangLedger:
             log.info("gang %s admitted: %s", gang, state.last_message)
             self.on_event(chosen, "Normal", "GangAdmitted",
                           f"gang {gang} admitted: capacity reserved for {needed} more member(s)")
+            self.on_status(gang, GangStatus(GangPhase.SCHEDULING, state.last_message, len(placed), policy.min_count))
             return PASS
+
+    def note_waiting(self, pod: PodRecord, verdict: Verdict) -> None:
+        """A member was rejected by a gang rule: remember why (explain), tell its pod (a ``GangWaiting``
+        Event, deduplicated by the recorder) and its group object (status, deduplicated by the writer)."""
+        gang = pod.gang
+        if gang is None:
+            return
+        with self.lock:
+            state = self._gangs.get(gang)
+            if state is not None:
+                state.last_message = verdict.message
+            elif len(self._verdicts) < MAX_BLOCKED:
+                self._verdicts[gang] = verdict.message
+            self.on_event([pod], "Normal", "GangWaiting", verdict.message)
+            self.on_status(gang, GangStatus(GangPhase.WAITING, verdict.message))
 
     def note_blocked(self, pod: PodRecord) -> None:
         """Remember a pod rejected for want of capacity, to wake it when capacity frees up."""
@@ -266,9 +302,17 @@ class GangLedger:
                 self.counters["completed"] += 1
             bound = [h.pod for h, error in outcomes if not error]
             log.info("gang %s released at quorum: %d bound, %d failed", gang, len(bound), len(outcomes) - len(bound))
+            for hold, error in outcomes:  # a Binding cannot be undone: the bound stay, the failed are retried
+                if error:
+                    self.on_event([hold.pod], "Warning", "GangBindFailed",
+                                  f"gang {gang}: {error}; members already bound stay bound (a Binding cannot be "
+                                  "undone) and kube-scheduler retries this one")
             if bound:
-                self.on_event(bound, "Normal", "GangBound",
-                              f"gang {gang}: {len(bound)} member(s) bound together at quorum")
+                message = f"gang {gang}: {len(bound)} member(s) bound together at quorum"
+                self.on_event(bound, "Normal", "GangBound", message)
+                if state is not None and not state.holds:
+                    placed = len(self._placed(self.mirror.members(gang), state))
+                    self.on_status(gang, GangStatus(GangPhase.SCHEDULED, message, placed, state.policy.min_count))
 
     def _reset(self, state: GangState) -> None:
         had_reservation = state.admitted_at is not None or bool(state.slots)
@@ -306,10 +350,12 @@ class GangLedger:
             self.counters["timeouts"] += 1
             log.warning("%s", message)
             self.on_event(self.mirror.members(gang), "Warning", "GangTimeout", message)
+            self.on_status(gang, GangStatus(GangPhase.WAITING, message, 0, state.policy.min_count))
 
     def sweep(self) -> None:
-        """Expire overdue gangs and forget gangs with no members left."""
+        """Follow policy changes, expire overdue gangs and forget gangs with no members left."""
         with self.lock:
+            self._follow_policy_changes()
             now = self.clock()
             for gang, state in list(self._gangs.items()):
                 if state.deadline is not None and now >= state.deadline:
@@ -320,3 +366,84 @@ class GangLedger:
                 if not state.holds and not self.mirror.member_count(gang):
                     self._reset(state)
                     del self._gangs[gang]
+            if self._verdicts:
+                for gang in [g for g in self._verdicts if g in self._gangs or not self.mirror.member_count(g)]:
+                    del self._verdicts[gang]
+
+    def _follow_policy_changes(self) -> None:
+        """Re-evaluate gangs whose group changed its policy (1.37 PodGroups: ``minCount`` is mutable).
+
+        Waiting members are woken (the quorum gate may pass now). A gang whose held + placed members
+        reach the new ``minCount`` is released at once, with no bind request needed to notice it. An
+        admitted gang keeps only the reservation slots it still needs; one that needs more than it
+        reserved and holds nothing yet is re-planned at its next filter.
+        """
+        changed = self.mirror.take_policy_changes()
+        if not changed:
+            return
+        gangs = {g for g in self.mirror.gangs() if g.group in changed} | {g for g in self._gangs if g.group in changed}
+        for gang in sorted(gangs):
+            members = self.mirror.members(gang)
+            self.on_wake([p for p in members if not self.mirror.placement(p.uid)])
+            state = self._gangs.get(gang)
+            if state is None:
+                continue
+            _, policy = self.mirror.gang_policy(gang)
+            waiting = self._waiting(state)
+            placed = self._placed(members, state)
+            log.info("gang %s: policy changed from minCount %d to %s", gang, state.policy.min_count,
+                     policy.min_count if policy else "none (not a gang)")
+            state.never_fits_checked = -1
+            if policy is None:  # no longer a gang (or gone): nothing may stay held
+                if waiting:
+                    self._release_now(gang, state, waiting)
+                continue
+            state.policy = policy
+            if waiting and len(placed) + len(waiting) >= policy.min_count:
+                self._release_now(gang, state, waiting)
+            elif state.admitted_at is not None:
+                needed = policy.min_count - len(placed) - len(waiting)
+                if needed < len(state.slots):
+                    state.slots = state.slots[:max(needed, 0)]
+                    self.mirror.set_reservation(gang, rules.Plan(tuple(state.slots), ()).per_node())
+                elif needed > len(state.slots) and not waiting:
+                    self._reset(state)
+
+    def _release_now(self, gang: GangKey, state: GangState, waiting: list[Hold]) -> None:
+        if self.on_release is None:
+            return  # no binder wired (ledger-only use): the next bind request completes the quorum
+        for hold in waiting:
+            hold.releasing = True
+        state.last_message = f"quorum reached after a policy change: binding {len(waiting)} held member(s)"
+        self.on_release(gang, waiting)
+
+    # ------------------------------------------------------------------------------------ explain
+    def facts(self, gang: GangKey) -> rules.GangFacts:
+        """Everything known about ``gang``, copied under the lock for ``gang.explain``."""
+        with self.lock:
+            exists, policy = self.mirror.gang_policy(gang)
+            members = tuple(self.mirror.members(gang))
+            state = self._gangs.get(gang)
+            meta = self.mirror.group_meta(gang.group)
+            now = self.clock()
+            placements = {p.uid: node for p in members if (node := self.mirror.placement(p.uid))}
+            if state is None:
+                message = self._verdicts.get(gang, "")
+                return rules.GangFacts(gang, exists, policy, members, placements, frozenset(), {},
+                                       timeout_seconds=self.timeout_for(policy) if policy else 0.0,
+                                       message=message, api_version=meta.api_version if meta else "",
+                                       template=meta.template if meta else "")
+            waiting = {h.pod.uid for h in self._waiting(state)}
+            return rules.GangFacts(
+                gang, exists, policy, members, placements, frozenset(waiting), self.mirror.reservation(gang),
+                admitted=state.admitted_at is not None, timeout_seconds=self.timeout_for(state.policy),
+                deadline_in=None if state.deadline is None else state.deadline - now,
+                backoff_in=max(state.backoff_until - now, 0.0), timeouts=state.timeouts, completed=state.completed,
+                message=state.last_message, never_fits=state.never_fits.message if state.never_fits else "",
+                api_version=meta.api_version if meta else "", template=meta.template if meta else "")
+
+    def explain(self, gang: GangKey) -> dict[str, Any]:
+        """The explanation of one gang (``GET /explain``), computed under the lock."""
+        with self.lock:
+            facts = self.facts(gang)
+            return rules.explain(facts, list(self.mirror.nodes.values()), self._free_for(gang))

@@ -83,3 +83,9 @@ class _StateCollector:
         wakes.add_metric(["dropped"], rt.waker.dropped)
         wakes.add_metric(["failed"], rt.waker.failed)
         yield wakes
+        if rt.status is not None:
+            writes = CounterMetricFamily("gang_extender_group_status_writes",
+                                         "Group object status writes (PodGroup condition / phase)", labels=["outcome"])
+            for outcome, value in sorted(rt.status.counts.items()):
+                writes.add_metric([outcome], value)
+            yield writes

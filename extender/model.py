@@ -8,24 +8,28 @@ JSON (that is ``groups``/``cluster``), hold mutable state, or import anything ou
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from extender.quantity import Resources
 
 
-class GroupKind(enum.Enum):
-    """Where a gang's definition comes from."""
+class GroupKind(enum.StrEnum):
+    """Where a gang's definition comes from (a str enum: group keys order by kind first)."""
 
-    WORKLOAD = "Workload"              # scheduling.k8s.io/v1alpha1 Workload + pod spec.workloadRef
+    WORKLOAD = "Workload"              # scheduling.k8s.io/v1alpha1 Workload + pod spec.workloadRef (1.35)
+    PODGROUP = "PodGroup"              # scheduling.k8s.io/v1alpha2|v1alpha3|v1beta1 PodGroup (1.36+)
+    #                                    + pod spec.schedulingGroup.podGroupName
     COSCHEDULING = "PodGroup.x-k8s.io"  # scheduler-plugins PodGroup CRD + pod label
     ANNOTATION = "annotation"          # gang-extender.io/* pod annotations only
 
 
 @dataclass(frozen=True, slots=True, order=True)
 class GroupRef:
-    """A group definition object: one Workload pod group, one PodGroup CR, one annotation group."""
+    """A group definition object: one Workload pod group, one PodGroup, one PodGroup CR, one annotation
+    group. The kind is part of the identity: a 1.36+ PodGroup and a scheduler-plugins PodGroup of the
+    same name in the same namespace are two different gangs."""
 
-    kind: GroupKind = field(compare=False)
+    kind: GroupKind
     namespace: str
     name: str
     pod_group: str = ""
@@ -94,6 +98,25 @@ class PodRecord:
     @property
     def bound(self) -> bool:
         return bool(self.node_name)
+
+
+class GangPhase(enum.Enum):
+    """What users are told about a gang in its group object's status."""
+
+    WAITING = "Waiting"        # quorum not met, no capacity, backing off, never fits, timed out
+    SCHEDULING = "Scheduling"  # admitted: capacity reserved, members being placed and held
+    SCHEDULED = "Scheduled"    # quorum reached: minCount members bound together
+
+
+@dataclass(frozen=True, slots=True)
+class GangStatus:
+    """A gang's phase and the message explaining it (the input of status writes; equal values are
+    written once)."""
+
+    phase: GangPhase
+    message: str = ""
+    bound: int = 0     # members bound (or being bound) when the status was taken
+    min_count: int = 0
 
 
 class Code(enum.Enum):

@@ -98,6 +98,7 @@ def _check_spec(spec: dict[str, Any]) -> None:
     for field in ("containers", "initContainers"):
         for index, container in enumerate(_check_list_of_objects(spec.get(field), f"Pod.spec.{field}")):
             resources = _check_optional_object(container.get("resources"), f"Pod.spec.{field}[{index}].resources")
+            _check_list_of_objects(container.get("ports"), f"Pod.spec.{field}[{index}].ports")
             for kind in ("requests", "limits"):
                 _check_optional_object(resources.get(kind), f"Pod.spec.{field}[{index}].resources.{kind}")
     for field in ("volumes", "tolerations", "topologySpreadConstraints", "resourceClaims"):
@@ -113,7 +114,12 @@ def _check_spec(spec: dict[str, Any]) -> None:
     for index, term in enumerate(_check_list_of_objects(required.get("nodeSelectorTerms"),
                                                         f"{where}.nodeSelectorTerms")):
         for part in ("matchExpressions", "matchFields"):
-            _check_list_of_objects(term.get(part), f"{where}.nodeSelectorTerms[{index}].{part}")
+            for number, requirement in enumerate(_check_list_of_objects(
+                    term.get(part), f"{where}.nodeSelectorTerms[{index}].{part}")):
+                values = requirement.get("values")
+                if values is not None and not (isinstance(values, list) and all(isinstance(v, str) for v in values)):
+                    raise ProtocolError(f"{where}.nodeSelectorTerms[{index}].{part}[{number}].values must be an "
+                                        f"array of strings, got {_type_name(values)}")
 
 
 def parse_filter_args(body: object) -> FilterArgs:

@@ -120,9 +120,10 @@ def node_record(obj: Mapping[str, Any]) -> NodeRecord:
     allocatable = status.get("allocatable")
     if allocatable is None:
         allocatable = status.get("capacity")
+    raw_taints = spec.get("taints")
     taints = tuple(
         Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-        for t in spec.get("taints") or [] if isinstance(t, dict)
+        for t in (raw_taints if isinstance(raw_taints, list) else ()) if isinstance(t, dict)
     )
     labels = {str(k): str(v) for k, v in _dict(metadata.get("labels")).items()}
     resources = parse_resources(allocatable)

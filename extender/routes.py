@@ -2,7 +2,8 @@
 
 Owns: reading bodies (size-capped), JSON decoding with orjson, mapping ProtocolError to HTTP 400 and
 every other failure to the protocol's own error shape (never a 500, never a stack trace to the
-client), metrics per request, and the health/readiness/metrics endpoints. Must not: make decisions.
+client), metrics per request, and the health/readiness/metrics/explain endpoints. Must not: make
+decisions.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], An
     except ProtocolError as exc:
         outcome, status = "bad_request", 400
         payload = {"error": str(exc), "verb": verb}
+    except RecursionError:  # a value nested ~1,000 deep (orjson accepts 1,024) reached str() or repr()
+        outcome, status = "bad_request", 400
+        payload = {"error": "request body nests too deeply to be a Kubernetes object", "verb": verb}
     except HTTPException:
         raise
     except Exception as exc:  # a bug must not take scheduling down: log it, answer the protocol's error
@@ -113,3 +117,13 @@ def readyz() -> Response:
 def metrics() -> Response:
     # content_type, not mimetype: Werkzeug would append a second charset, which Prometheus 3 cannot parse
     return Response(generate_latest(_ext().metrics.registry), content_type=CONTENT_TYPE_LATEST)
+
+
+@bp.get("/explain/<namespace>/<name>")
+def explain(namespace: str, name: str) -> Response:
+    """Read-only: what the extender knows about the gangs of group ``namespace/name`` (any kind);
+    ``?podGroup=`` and ``?replica=`` narrow a 1.35 Workload down to one pod group / replica."""
+    runtime = _ext().runtime
+    gangs = runtime.engine.explain(namespace, name, request.args.get("podGroup"), request.args.get("replica"))
+    payload = {"namespace": namespace, "name": name, "synced": runtime.synced(), "gangs": gangs}
+    return json_response(payload, 200 if gangs else 404)

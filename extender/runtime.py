@@ -1,16 +1,20 @@
 """Runtime: builds the extender's state and its I/O, starts and stops it.
 
 Owns: wiring mirror + cache + ledger + engine to either the API server (credentials, discovery of
-the group APIs it serves, one Reflector per watched collection, an Event recorder) or a snapshot
-file; readiness; shutdown. Must not: serve HTTP or make scheduling decisions.
+the group APIs it serves — the newest served version of each, re-discovered every
+``discovery_interval_seconds`` so a CRD installed or removed later is followed without a restart —,
+one Reflector per watched collection, an Event recorder, a group status writer) or a snapshot file;
+readiness; shutdown. Must not: serve HTTP or make scheduling decisions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from extender import snapshot
@@ -19,17 +23,69 @@ from extender.cluster import ClusterMirror
 from extender.config import Settings
 from extender.engine import Binder, BindError, Engine
 from extender.events import EventRecorder, PodWaker, log_sink
-from extender.groups import COSCHEDULING_API, WORKLOAD_API
+from extender.groups import GROUP_APIS, GroupApi, status_apply
 from extender.kube import KubeClient, KubeError
 from extender.ledger import GangLedger
-from extender.model import GroupKind, PodRecord
+from extender.model import GangKey, GangStatus, GroupKind, GroupRef, PodRecord
+from extender.status import CONFLICT, SENT, SKIPPED, StatusWriter, Write
 from extender.watching import Reflector, watch_or_gone
 
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_SECONDS = 1.0
 
-GROUP_APIS = {GroupKind.WORKLOAD: WORKLOAD_API, GroupKind.COSCHEDULING: COSCHEDULING_API}
+
+class GroupWatches:
+    """Which group APIs are watched: the newest served version of each, kept up to date.
+
+    ``discover()`` asks ``serves(group, version, resource)`` for every known version and then starts,
+    restarts (another version became the newest) or stops (no version served any more: the CRD was
+    removed) one reflector per group API through ``start(api, version)`` and ``stop(api)``. A failed
+    question changes nothing: the error propagates and the current watches stay.
+    """
+
+    def __init__(self, serves: Callable[[str, str, str], bool], start: Callable[[GroupApi, str], Reflector],
+                 stop: Callable[[GroupApi, Reflector], None], apis: Iterable[GroupApi] = GROUP_APIS) -> None:
+        self._serves, self._start, self._stop = serves, start, stop
+        self.apis = tuple(apis)
+        self.active: dict[GroupKind, tuple[str, Reflector]] = {}
+        self.lock = threading.Lock()
+
+    def newest_served(self) -> dict[GroupKind, str]:
+        found: dict[GroupKind, str] = {}
+        for api in self.apis:
+            for version in api.versions:
+                if self._serves(api.group, version, api.resource):
+                    found[api.kind] = version
+                    break
+        return found
+
+    def discover(self) -> list[str]:
+        """One round; returns what changed, e.g. ``["+podgroups.scheduling.k8s.io/v1beta1"]``."""
+        served = self.newest_served()
+        changes: list[str] = []
+        with self.lock:
+            for api in self.apis:
+                current = self.active.get(api.kind)
+                wanted = served.get(api.kind)
+                if current is not None and current[0] == wanted:
+                    continue
+                if current is not None:
+                    del self.active[api.kind]
+                    self._stop(api, current[1])
+                    changes.append(f"-{api.name}/{current[0]}")
+                if wanted is not None:
+                    self.active[api.kind] = (wanted, self._start(api, wanted))
+                    changes.append(f"+{api.name}/{wanted}")
+        return changes
+
+    def reflectors(self) -> list[Reflector]:
+        with self.lock:
+            return [reflector for _, reflector in self.active.values()]
+
+    def versions(self) -> dict[str, str]:
+        with self.lock:
+            return {api.name: self.active[api.kind][0] for api in self.apis if api.kind in self.active}
 
 
 class KubeBinder:
@@ -61,10 +117,20 @@ class Runtime:
     events: EventRecorder
     waker: PodWaker
     mode: str
-    reflectors: list[Reflector] = field(default_factory=list)
+    status: StatusWriter | None = None
+    core_reflectors: list[Reflector] = field(default_factory=list)  # nodes, pods
+    group_watches: GroupWatches | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
     discovery_error: str = ""
+    discovered: bool = False  # the first discovery round succeeded and started every watch
     _starter: Callable[[], None] | None = None
+    _synced_once: bool = False
+
+    @property
+    def reflectors(self) -> list[Reflector]:
+        """Every watch that should exist now: nodes, pods and the group APIs served right now."""
+        groups = self.group_watches.reflectors() if self.group_watches is not None else []
+        return [*self.core_reflectors, *groups]
 
     def start(self) -> None:
         if self._starter is not None:
@@ -81,19 +147,29 @@ class Runtime:
 
     def synced(self) -> bool:
         """Whether the mirror holds a full list of everything watched (answers before that could admit
-        a gang against capacity whose pods are not listed yet)."""
-        if self.mode == "snapshot":
+        a gang against capacity whose pods are not listed yet).
+
+        Latched: once every watch of the first discovery has listed, it stays True. A group API that
+        appears later (a CRD installed) lists on its own; until it has, its gangs wait at the quorum
+        gate ("PodGroup ... does not exist"), which is safe, while every other pod keeps scheduling.
+        """
+        if self.mode == "snapshot" or self._synced_once:
             return True
-        return bool(self.reflectors) and all(r.synced.is_set() for r in self.reflectors)
+        reflectors = self.reflectors
+        self._synced_once = self.discovered and bool(reflectors) and all(r.synced.is_set() for r in reflectors)
+        return self._synced_once
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """Ready when every watch has listed at least once and is healthy (always, in snapshot mode)."""
+        """Ready when every watch that should exist now has listed and is healthy (always, in snapshot
+        mode)."""
         if self.mode == "snapshot":
             return True, {"mode": "snapshot"}
         watches = {r.name: {"synced": r.synced.is_set(), "healthy": r.healthy, "error": r.last_error}
                    for r in self.reflectors}
-        ready = bool(watches) and all(w["synced"] and w["healthy"] for w in watches.values())
+        ready = self.discovered and bool(watches) and all(w["synced"] and w["healthy"] for w in watches.values())
         detail: dict[str, Any] = {"mode": "api", "watches": watches}
+        if self.group_watches is not None:
+            detail["groupApis"] = self.group_watches.versions()
         if self.discovery_error:
             detail["discovery_error"] = self.discovery_error
         return ready, detail
@@ -103,45 +179,93 @@ class Runtime:
         self.engine.close()
         self.events.close()
         self.waker.close()
+        if self.status is not None:
+            self.status.close()
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_writer(mirror: ClusterMirror, apply: Callable[[dict[str, Any]], None],
+                  now: Callable[[], str] = _now) -> Write:
+    """The StatusWriter's ``write``: render the status body from the group object as the mirror has it
+    now (``groups.status_apply``) and hand it to ``apply`` (server-side apply to ``/status``; a
+    ``KubeError`` 409 means another manager owns that status, 404 that the object is gone)."""
+    def write(group: GroupRef, status: GangStatus) -> str:
+        with mirror.lock:
+            meta = mirror.group_meta(group)
+            members = mirror.members(GangKey(group))
+            placed = sum(1 for p in members if mirror.placement(p.uid))
+        if meta is None:
+            return SKIPPED
+        body = status_apply(group, meta, dataclasses.replace(status, bound=placed), now())
+        if body is None:
+            return SKIPPED
+        try:
+            apply(body)
+        except KubeError as exc:
+            if exc.status == 409:
+                return CONFLICT
+            if exc.status == 404:
+                return SKIPPED
+            raise
+        return SENT
+    return write
 
 
 def _core(settings: Settings, binder_for: Callable[[ClusterMirror], Binder],
           sink: Callable[[dict[str, str], str, str, str], None],
-          patch: Callable[[str, str, dict[str, str]], None]) -> tuple[
-              ClusterMirror, FilterCache, GangLedger, Engine, EventRecorder, PodWaker]:
+          patch: Callable[[str, str, dict[str, str]], None],
+          apply_status: Callable[[dict[str, Any]], None] | None = None) -> tuple[
+              ClusterMirror, FilterCache, GangLedger, Engine, EventRecorder, PodWaker, StatusWriter | None]:
     mirror = ClusterMirror()
     cache = FilterCache(settings.cache_size, settings.cache_ttl_seconds)
     events = EventRecorder(sink)
     waker = PodWaker(patch)
+    status = None
+    if apply_status is not None and settings.group_status == "on":
+        status = StatusWriter(status_writer(mirror, apply_status))
 
     def on_event(pods: list[PodRecord], event_type: str, reason: str, message: str) -> None:
         events.record(pods, event_type, reason, message)
 
+    def on_status(gang: GangKey, value: GangStatus) -> None:
+        if status is not None and not gang.replica and gang.group.kind in (GroupKind.PODGROUP,
+                                                                            GroupKind.COSCHEDULING):
+            status.publish(gang.group, value)
+
     ledger = GangLedger(mirror, timeout_seconds=settings.gang_timeout_seconds,
-                        backoff_seconds=settings.gang_backoff_seconds, on_event=on_event, on_wake=waker.wake)
+                        backoff_seconds=settings.gang_backoff_seconds, on_event=on_event, on_wake=waker.wake,
+                        on_status=on_status)
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism)
-    return mirror, cache, ledger, engine, events, waker
+    return mirror, cache, ledger, engine, events, waker, status
 
 
 def from_snapshot(settings: Settings) -> Runtime:
     assert settings.cluster_snapshot is not None
     objects = snapshot.read_objects(settings.cluster_snapshot)
-    mirror, cache, ledger, engine, events, waker = _core(settings, snapshot.SnapshotBinder, log_sink,
-                                                         lambda namespace, name, annotations: None)
+    mirror, cache, ledger, engine, events, waker, status = _core(settings, snapshot.SnapshotBinder, log_sink,
+                                                                 lambda namespace, name, annotations: None)
     counts = snapshot.load_into(mirror, objects)
     log.info("loaded snapshot %s: %s", settings.cluster_snapshot,
              ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-    return Runtime(settings, mirror, cache, ledger, engine, events, waker, "snapshot")
+    return Runtime(settings, mirror, cache, ledger, engine, events, waker, "snapshot", status)
 
 
 def from_api(settings: Settings) -> Runtime:
     kube = KubeClient(settings.kubeconfig)
-    mirror, cache, ledger, engine, events, waker = _core(settings, lambda _m: KubeBinder(kube), kube.create_event,
-                                                         kube.annotate_pod)
-    runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, "api")
+
+    def apply_status(body: dict[str, Any]) -> None:
+        kube.apply_status(body, "podgroups")
+
+    mirror, cache, ledger, engine, events, waker, status = _core(
+        settings, lambda _m: KubeBinder(kube), kube.create_event, kube.annotate_pod, apply_status)
+    runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, "api", status)
 
     def reflector(name: str, path: str, replace: Callable[[Iterable[dict[str, Any]]], None],
-                  apply: Callable[[str, dict[str, Any]], None]) -> Reflector:
+                  apply: Callable[[str, dict[str, Any]], None],
+                  stop: threading.Event | None = None) -> Reflector:
         def safe_apply(kind: str, obj: dict[str, Any]) -> None:
             try:
                 apply(kind, obj)
@@ -151,7 +275,7 @@ def from_api(settings: Settings) -> Runtime:
                 log.warning("ignoring malformed %s %s/%s: %s", name, meta.get("namespace"), meta.get("name"),
                             exc)
         return Reflector(name, lambda: kube.list(path), watch_or_gone(lambda rv: kube.watch(path, rv)),
-                         replace, safe_apply, runtime.stop_event)
+                         replace, safe_apply, stop or runtime.stop_event)
 
     def apply_node(kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
@@ -178,31 +302,52 @@ def from_api(settings: Settings) -> Runtime:
                 mirror.upsert_group(group_kind, obj)
         return apply
 
-    def start() -> None:
-        backoff = 0.5
-        while not runtime.stop_event.is_set():
-            try:
-                served = {kind: api for kind, api in GROUP_APIS.items() if kube.serves(*api)}
-                break
-            except KubeError as exc:
-                runtime.discovery_error = str(exc)
-                log.warning("API discovery failed (%s); retrying in %.1fs", exc, backoff)
-                runtime.stop_event.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-        else:
-            return
-        runtime.discovery_error = ""
-        log.info("watching nodes, pods%s", "".join(f", {api[2]}.{api[0]}/{api[1]}" for api in served.values()))
-        runtime.reflectors.append(reflector("nodes", "/api/v1/nodes", mirror.replace_nodes, apply_node))
-        runtime.reflectors.append(reflector("pods", "/api/v1/pods", mirror.replace_pods, apply_pod))
-        for kind, (group, version, resource) in served.items():
-            runtime.reflectors.append(reflector(
-                f"{resource}.{group}", f"/apis/{group}/{version}/{resource}",
-                group_replace(kind), group_apply(kind)))
-        for r in runtime.reflectors:
-            r.start()
+    group_stops: dict[GroupKind, threading.Event] = {}
 
-    runtime._starter = start
+    def start_group_watch(api: GroupApi, version: str) -> Reflector:
+        stop = group_stops[api.kind] = threading.Event()
+        started = reflector(api.name, api.path(version), group_replace(api.kind), group_apply(api.kind), stop)
+        started.start()
+        return started
+
+    def stop_group_watch(api: GroupApi, old: Reflector) -> None:
+        group_stops.pop(api.kind, threading.Event()).set()
+        mirror.replace_groups(api.kind, [])  # served no more (or by another version, which relists)
+
+    watches = GroupWatches(kube.serves, start_group_watch, stop_group_watch)
+    runtime.group_watches = watches
+
+    def discover() -> bool:
+        try:
+            changes = watches.discover()
+        except KubeError as exc:
+            runtime.discovery_error = str(exc)
+            return False
+        runtime.discovery_error = ""
+        if changes:
+            log.info("group APIs: %s (watching %s)", ", ".join(changes),
+                     ", ".join(f"{k}/{v}" for k, v in watches.versions().items()) or "none")
+        return True
+
+    def run() -> None:
+        backoff = 0.5
+        while not discover():
+            log.warning("API discovery failed (%s); retrying in %.1fs", runtime.discovery_error, backoff)
+            if runtime.stop_event.wait(backoff):
+                return
+            backoff = min(backoff * 2, 30.0)
+        runtime.core_reflectors = [reflector("nodes", "/api/v1/nodes", mirror.replace_nodes, apply_node),
+                                   reflector("pods", "/api/v1/pods", mirror.replace_pods, apply_pod)]
+        for r in runtime.core_reflectors:
+            r.start()
+        runtime.discovered = True
+        while not runtime.stop_event.wait(settings.discovery_interval_seconds):
+            if not discover():
+                log.warning("API re-discovery failed (%s); keeping the current watches", runtime.discovery_error)
+        for stop in group_stops.values():
+            stop.set()
+
+    runtime._starter = run
     return runtime
 
 

@@ -1,6 +1,6 @@
 """Snapshot mode: serve a cluster described by a file instead of an API server.
 
-Owns: reading a Kubernetes ``List`` (YAML or JSON, as ``kubectl get nodes,pods,workloads -A -o yaml``
+Owns: reading a Kubernetes ``List`` (YAML or JSON, as ``kubectl get nodes,pods,podgroups -A -o yaml``
 prints; a multi-document YAML stream works too) into the mirror, and a Binder that applies binds to
 the in-memory state only. Used by demos, load tests and tests. Must not: import the client.
 """
@@ -16,8 +16,7 @@ import yaml
 
 from extender.cluster import ClusterMirror
 from extender.engine import BindError
-from extender.groups import COSCHEDULING_API, WORKLOAD_API
-from extender.model import GroupKind
+from extender.groups import OBJECT_KINDS
 
 
 class SnapshotError(ValueError):
@@ -47,10 +46,7 @@ def read_objects(path: str | Path) -> list[dict[str, Any]]:
     return objects
 
 
-_GROUP_KINDS = {
-    (f"{WORKLOAD_API[0]}/{WORKLOAD_API[1]}", "Workload"): GroupKind.WORKLOAD,
-    (f"{COSCHEDULING_API[0]}/{COSCHEDULING_API[1]}", "PodGroup"): GroupKind.COSCHEDULING,
-}
+_GROUP_KINDS = OBJECT_KINDS
 
 
 def load_into(mirror: ClusterMirror, objects: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -5,7 +5,8 @@
 #   hack/build-k8s.sh            # prints the bin directory on the last line of stdout
 #
 # Environment:
-#   K8S_VERSION           Kubernetes release to build (default 1.35.4)
+#   K8S_VERSION           Kubernetes release to build (default 1.35.4; the e2e suite also uses 1.37.2),
+#                         each into its own cache directory k8s-v<version>
 #   KUBEBUILDER_ASSETS    a directory that already holds etcd, kube-apiserver, ... : used as is
 #   GANG_EXTENDER_CACHE   cache root (default ${XDG_CACHE_HOME:-~/.cache}/gang-extender)
 set -euo pipefail
@@ -42,6 +43,14 @@ step "fetching k8s.io/kubernetes v$K8S_VERSION module metadata"
 mkdir -p "$work/k8s" && cd "$work/k8s"
 modfile=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
 staging_version="v0.${K8S_VERSION#1.}"
+# A release whose go.mod needs a newer Go than the one installed is built with the Go toolchain the
+# module proxy serves (the only other Go reachable here). 1.35.x and 1.37.x need go1.25/go1.26.
+need_go=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$modfile")
+have_go=$(go env GOVERSION | sed 's/^go//')
+if [ "$(printf '%s\n%s\n' "$need_go" "$have_go" | sort -V | head -n1)" != "$need_go" ]; then
+  export GOTOOLCHAIN=${GANG_EXTENDER_GOTOOLCHAIN:-go1.27.3}
+  step "k8s.io/kubernetes v$K8S_VERSION needs go $need_go, this machine has go $have_go: using GOTOOLCHAIN=$GOTOOLCHAIN"
+fi
 {
   echo "module gangextender.local/k8sbuild"
   echo

@@ -83,6 +83,9 @@ BINARIES: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sc
 #: ``GangScheduling`` plugin stays off, because making gangs all-or-nothing is the extender's job.
 DEFAULT_FEATURE_GATES: Final[Mapping[str, bool]] = {"GenericWorkload": True, "GangScheduling": False}
 
+#: API versions the API server enables unless the caller says otherwise (1.35's alpha Workload API).
+DEFAULT_RUNTIME_CONFIG: Final[tuple[str, ...]] = ("scheduling.k8s.io/v1alpha1=true",)
+
 #: The plain scheduler configuration (no extender).
 DEFAULT_SCHEDULER_CONFIG: Final[Mapping[str, Any]] = {
     "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -218,6 +221,11 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 def _gates_flag(gates: Mapping[str, bool]) -> str:
     return ",".join(f"{k}={'true' if v else 'false'}" for k, v in sorted(gates.items()))
+
+
+def _gates_args(gates: Mapping[str, bool]) -> list[str]:
+    """``--feature-gates=...``, or no flag at all for no gates."""
+    return [f"--feature-gates={_gates_flag(gates)}"] if gates else []
 
 
 def _b64(path: Path) -> str:
@@ -396,8 +404,10 @@ class ApiClient:
             return data.decode("utf-8", "replace")
 
     def close(self) -> None:
+        # The connections stay registered: a thread still holding one reconnects on its next request
+        # (e.g. a sampler across an API server restart), and the next close() must close that socket too.
         with self._lock:
-            conns, self._conns = self._conns, []
+            conns = list(self._conns)
         for conn in conns:
             conn.close()
 
@@ -552,7 +562,10 @@ class ControlPlane:
     ``workdir``: where everything goes; default a fresh temp dir, removed on :meth:`stop` unless
     ``keep`` (a caller-supplied ``workdir`` is never removed). ``scheduler_config``: if given,
     :meth:`start` also starts kube-scheduler with it. ``feature_gates`` are merged over
-    :data:`DEFAULT_FEATURE_GATES` and passed to the API server, controller manager and scheduler.
+    :data:`DEFAULT_FEATURE_GATES` (over nothing with ``default_feature_gates=False``: then an empty
+    mapping means no ``--feature-gates`` flag at all) and passed to the API server, controller manager
+    and scheduler; ``scheduler_feature_gates``, when given, replaces them for the scheduler alone.
+    ``runtime_config`` replaces :data:`DEFAULT_RUNTIME_CONFIG` (empty: no ``--runtime-config``).
     """
 
     # Set by start() (certificates and the components' own kubeconfigs).
@@ -568,6 +581,9 @@ class ControlPlane:
         *,
         scheduler_config: Mapping[str, Any] | None = None,
         feature_gates: Mapping[str, bool] | None = None,
+        default_feature_gates: bool = True,
+        runtime_config: Sequence[str] | None = None,
+        scheduler_feature_gates: Mapping[str, bool] | None = None,
         log: Log = print,
         keep: bool = False,
         start_timeout: float = 90.0,
@@ -578,7 +594,11 @@ class ControlPlane:
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="gang-e2e-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.scheduler_config = copy.deepcopy(dict(scheduler_config)) if scheduler_config else None
-        self.feature_gates: dict[str, bool] = {**DEFAULT_FEATURE_GATES, **(feature_gates or {})}
+        defaults = DEFAULT_FEATURE_GATES if default_feature_gates else {}
+        self.feature_gates: dict[str, bool] = {**defaults, **(feature_gates or {})}
+        self.scheduler_feature_gates: dict[str, bool] = dict(
+            self.feature_gates if scheduler_feature_gates is None else scheduler_feature_gates)
+        self.runtime_config: list[str] = list(DEFAULT_RUNTIME_CONFIG if runtime_config is None else runtime_config)
         self.log = log
         self.keep = keep
         self.start_timeout = start_timeout
@@ -817,11 +837,11 @@ class ControlPlane:
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--runtime-config=scheduling.k8s.io/v1alpha1=true",
+            *([f"--runtime-config={','.join(self.runtime_config)}"] if self.runtime_config else []),
             # TaintNodesByCondition puts node.kubernetes.io/not-ready:NoSchedule on every new Node and
             # only the node lifecycle controller (disabled: no kubelets) would take it off again.
             "--disable-admission-plugins=TaintNodesByCondition",
-            f"--feature-gates={_gates_flag(self.feature_gates)}",
+            *_gates_args(self.feature_gates),
             "--allow-privileged=true",
             # The "kubernetes" Service's endpoint would be 127.0.0.1, which Endpoints validation
             # rejects (loopback) every 10s; nothing runs in-cluster here, so don't maintain it.
@@ -886,7 +906,7 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--kube-api-qps=500",
             "--kube-api-burst=1000",
-            f"--feature-gates={_gates_flag(self.feature_gates)}",
+            *_gates_args(self.feature_gates),
             "--profiling=false",
             "--v=1",
         ])  # fmt: skip
@@ -925,7 +945,7 @@ class ControlPlane:
             f"--secure-port={self.scheduler_port}",
             f"--tls-cert-file={self.serving.cert}",
             f"--tls-private-key-file={self.serving.key}",
-            f"--feature-gates={_gates_flag(self.feature_gates)}",
+            *_gates_args(self.scheduler_feature_gates),
             "--profiling=false",
             "--v=2",
         ])  # fmt: skip

@@ -44,3 +44,42 @@ def control_plane(k8s_bin_dir: Path) -> Iterator[controlplane.ControlPlane]:
     keep = os.environ.get("GANG_E2E_KEEP", "") not in ("", "0")
     with controlplane.ControlPlane(k8s_bin_dir, log=_log, keep=keep) as plane:
         yield plane
+
+
+# ------------------------------------------------------------------- other releases and gate sets
+K8S_137 = "1.37.2"
+GATES_137 = {"GenericWorkload": True}  # beta in 1.37 but off by default; no GangScheduling gate any more
+RUNTIME_CONFIG_137 = ("scheduling.k8s.io/v1beta1=true",)
+
+
+@pytest.fixture(scope="session")
+def k8s_137_bin_dir() -> Path:
+    """Kubernetes v1.37.x binaries (built by ``K8S_VERSION=1.37.2 hack/build-k8s.sh`` into their own cache)."""
+    try:
+        return controlplane.find_bin_dir({**os.environ, "K8S_VERSION": K8S_137})
+    except controlplane.BinariesUnavailableError as exc:
+        reason = f"E2E TIER (1.37) NOT RUN: Kubernetes {K8S_137} binaries unavailable: {exc}"
+        print(f"\n{'!' * 100}\n{reason}\n{'!' * 100}", file=sys.__stderr__, flush=True)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def control_plane_137(k8s_137_bin_dir: Path) -> Iterator[controlplane.ControlPlane]:
+    """A 1.37 control plane serving ``scheduling.k8s.io/v1beta1`` PodGroups (GenericWorkload on the API
+    server and controller manager). kube-scheduler runs *without* GenericWorkload: the in-tree gang
+    plugin is off and gang-extender decides every gang."""
+    keep = os.environ.get("GANG_E2E_KEEP", "") not in ("", "0")
+    with controlplane.ControlPlane(k8s_137_bin_dir, log=_log, keep=keep, feature_gates=GATES_137,
+                                   default_feature_gates=False, runtime_config=RUNTIME_CONFIG_137,
+                                   scheduler_feature_gates={}) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def control_plane_no_gates(k8s_bin_dir: Path) -> Iterator[controlplane.ControlPlane]:
+    """A 1.35 control plane with no alpha/beta feature gate and no ``--runtime-config`` at all (what a
+    managed cluster gives you): no Workload API, only the scheduler-plugins CRD and the annotations."""
+    keep = os.environ.get("GANG_E2E_KEEP", "") not in ("", "0")
+    with controlplane.ControlPlane(k8s_bin_dir, log=_log, keep=keep, feature_gates={}, default_feature_gates=False,
+                                   runtime_config=()) as plane:
+        yield plane

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -43,10 +44,13 @@ def scheduler_config(url: str, *, http_timeout: str = "30s") -> dict[str, Any]:
 class Extender:
     """``gang-extender serve`` as a child process, restartable, killable."""
 
-    def __init__(self, kubeconfig: str, workdir: Path, *, args: Iterable[str] = (), log: Callable[[str], None]) -> None:
+    def __init__(self, kubeconfig: str, workdir: Path, *, args: Iterable[str] = (), log: Callable[[str], None],
+                 tls_context: ssl.SSLContext | None = None) -> None:
+        """``tls_context``: the extender serves HTTPS (its args carry --tls-*); probes use this client context."""
         self.kubeconfig = kubeconfig
         self.port = free_ports(1)[0]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.tls_context = tls_context
+        self.url = f"{'https' if tls_context else 'http'}://127.0.0.1:{self.port}"
         self.log_path = workdir / "gang-extender.log"
         self.record_path = workdir / "requests.jsonl"
         self.args = [*args, "--record-file", str(self.record_path)]
@@ -73,13 +77,13 @@ class Extender:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"gang-extender exited with {self.proc.returncode}\n{tail(self.log_path)}")
         try:
-            with urllib.request.urlopen(self.url + "/readyz", timeout=2) as reply:
+            with urllib.request.urlopen(self.url + "/readyz", timeout=2, context=self.tls_context) as reply:
                 return bool(reply.status == 200)
         except (urllib.error.URLError, OSError):
             return False
 
     def metrics(self) -> dict[str, float]:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as reply:
+        with urllib.request.urlopen(self.url + "/metrics", timeout=5, context=self.tls_context) as reply:
             text = reply.read().decode()
         values: dict[str, float] = {}
         for line in text.splitlines():

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import json
@@ -50,7 +51,10 @@ EXTENDER_GRANTS = {
     "pods/binding": {"create"},
     "events": {"create"},
     "workloads.scheduling.k8s.io": {"list", "watch"},
+    "podgroups.scheduling.k8s.io": {"list", "watch"},
     "podgroups.scheduling.x-k8s.io": {"list", "watch"},
+    "podgroups.scheduling.k8s.io/status": {"patch"},
+    "podgroups.scheduling.x-k8s.io/status": {"patch"},
 }
 # (verb, resource, extra kubectl args): must all be refused to the extender's ServiceAccount.
 EXTENDER_DENIED = [
@@ -60,7 +64,10 @@ EXTENDER_DENIED = [
     ("get", "configmaps", []), ("list", "events", []), ("patch", "events", []),
     ("create", "events.events.k8s.io", []), ("get", "workloads.scheduling.k8s.io", []),
     ("create", "workloads.scheduling.k8s.io", []), ("get", "podgroups.scheduling.x-k8s.io", []),
-    ("patch", "podgroups.scheduling.x-k8s.io", ["--subresource=status"]),
+    ("update", "podgroups.scheduling.x-k8s.io", ["--subresource=status"]),
+    ("patch", "podgroups.scheduling.x-k8s.io", []), ("patch", "podgroups.scheduling.k8s.io", []),
+    ("update", "podgroups.scheduling.k8s.io", ["--subresource=status"]), ("get", "podgroups.scheduling.k8s.io", []),
+    ("create", "podgroups.scheduling.k8s.io", []), ("delete", "podgroups.scheduling.x-k8s.io", []),
     ("update", "leases.coordination.k8s.io", []), ("create", "serviceaccounts", ["--subresource=token"]),
     ("create", "pods", ["--subresource=eviction"]), ("escalate", "clusterroles", []),
 ]
@@ -77,6 +84,7 @@ def _kustomization_inputs(directory: Path) -> set[Path]:
     inputs = {(directory / r).resolve() for r in kust.get("resources", []) if (directory / r).is_file()}
     for generator in kust.get("configMapGenerator", []):
         inputs |= {(directory / f.rpartition("=")[2]).resolve() for f in generator.get("files", [])}
+    inputs |= {(directory / p["path"]).resolve() for p in kust.get("patches", []) if "path" in p}
     return inputs
 
 
@@ -88,7 +96,7 @@ def _inventory() -> dict[str, list[Path]]:
     found["kustomize_dirs"] = sorted(p.parent for p in MANIFESTS.rglob("kustomization.yaml"))
     kustomized = set().union(*(_kustomization_inputs(d) for d in found["kustomize_dirs"]))
     for path in yamls:
-        api_versions = {str(d.get("apiVersion", "")) for d in _docs(path)}
+        api_versions = {str(d.get("apiVersion", "")) for d in _docs(path) if isinstance(d, dict)}  # not patches
         if any(v.startswith("kubescheduler.config.k8s.io/") for v in api_versions):
             found["scheduler_configs"].append(path)
         elif any(v.startswith("kind.x-k8s.io/") for v in api_versions):
@@ -118,6 +126,19 @@ def _extenders(config: dict[str, Any]) -> list[dict[str, Any]]:
     return list(config.get("extenders") or [])
 
 
+TLS_FILES = {"caFile", "certFile", "keyFile"}
+
+
+def _without_tls(extender: dict[str, Any]) -> dict[str, Any]:
+    """An HTTPS extender entry as its plain-HTTP equivalent (the TLS variant must differ in nothing else)."""
+    if not extender.get("enableHTTPS"):
+        return extender
+    assert set(extender["tlsConfig"]) == TLS_FILES, extender["tlsConfig"]
+    assert extender["urlPrefix"].startswith("https://127.0.0.1:")
+    plain = {k: v for k, v in extender.items() if k not in ("enableHTTPS", "tlsConfig")}
+    return {**plain, "urlPrefix": "http://" + extender["urlPrefix"].removeprefix("https://")}
+
+
 def _seconds(duration: str) -> float:
     match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", duration)
     assert match, duration
@@ -137,10 +158,10 @@ def test_every_manifest_is_accounted_for() -> None:
     assert inv["loose_api_objects"] == [MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml"], inv
     assert sorted(_rel(p) for p in inv["scheduler_configs"]) == [
         "default-scheduler/kube-scheduler-config.yaml", "scheduler-config.yaml",
-        "second-scheduler/kube-scheduler-config.yaml"]
+        "second-scheduler-tls/kube-scheduler-config.yaml", "second-scheduler/kube-scheduler-config.yaml"]
     assert [_rel(p) for p in inv["kind_configs"]] == ["kind/kind-config.yaml"]
     assert sorted(_rel(d) for d in inv["kustomize_dirs"]) == [
-        "crds", "default-scheduler", "examples", "rbac", "second-scheduler"]
+        "crds", "default-scheduler", "examples", "rbac", "second-scheduler", "second-scheduler-tls"]
     # Every directory that holds API objects is a kustomization.
     for path in inv["kustomized"] + inv["loose_api_objects"]:
         assert (path.parent / "kustomization.yaml").is_file(), path
@@ -157,7 +178,8 @@ def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
     for path in INVENTORY["scheduler_configs"]:
         (config,) = _docs(path)
         assert config["kind"] == "KubeSchedulerConfiguration"
-        assert _extenders(config) == reference, f"{path}: extenders differ from manifests/scheduler-config.yaml"
+        assert [_without_tls(e) for e in _extenders(config)] == reference, \
+            f"{path}: extenders differ from manifests/scheduler-config.yaml"
     http_timeout = _seconds(reference[0]["httpTimeout"])
 
     second = {d["kind"]: d for d in _built(k8s_bin_dir, "second-scheduler")}
@@ -180,6 +202,61 @@ def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
     assert configured["profiles"] == [{"schedulerName": "gang-scheduler"}]
     assert configured["leaderElection"]["resourceName"] == "gang-scheduler"
     assert configured["leaderElection"]["resourceNamespace"] == NAMESPACE
+
+
+def test_tls_overlay_wires_the_secret_into_both_containers(k8s_bin_dir: Path) -> None:
+    built = {d["kind"]: d for d in _built(k8s_bin_dir, "second-scheduler-tls")}
+    pod = built["Deployment"]["spec"]["template"]["spec"]
+    (sidecar,) = pod["initContainers"]
+    (scheduler,) = pod["containers"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    assert volume["secret"]["secretName"] == "gang-extender-tls"
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]  # 0440 files readable
+    mounts = {c["name"]: next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == "tls")
+              for c in (sidecar, scheduler)}
+    directory = mounts["gang-extender"]
+    assert mounts["kube-scheduler"] == directory
+    assert {_flag(sidecar["args"], f) for f in ("tls-cert-file", "tls-key-file", "tls-client-ca-file")} == {
+        f"{directory}/tls.crt", f"{directory}/tls.key", f"{directory}/ca.crt"}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        command = " ".join(sidecar[probe]["exec"]["command"])
+        assert "https://127.0.0.1:8888/" in command and "client.crt" in command, probe
+    config = yaml.safe_load(built["ConfigMap"]["data"]["config.yaml"])
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"] == "https://127.0.0.1:8888" and extender["enableHTTPS"] is True
+    assert extender["tlsConfig"] == {"caFile": f"{directory}/ca.crt", "certFile": f"{directory}/client.crt",
+                                     "keyFile": f"{directory}/client.key"}
+    # everything but TLS is the base's
+    base = {d["kind"]: d for d in _built(k8s_bin_dir, "second-scheduler")}
+    base_config = yaml.safe_load(base["ConfigMap"]["data"]["config.yaml"])
+    assert {k: v for k, v in config.items() if k != "extenders"} == {
+        k: v for k, v in base_config.items() if k != "extenders"}
+    assert _without_tls(extender) == base_config["extenders"][0]
+
+
+def test_containers_are_locked_down(k8s_bin_dir: Path) -> None:
+    """Every shipped container: read-only root file system, no privilege escalation, no capabilities;
+    non-root (65532) wherever it does not have to read a root-only file (the static pod reads
+    /etc/kubernetes/scheduler.conf, mode 0600, as kube-scheduler does); the image's default user is 65532."""
+    pods = {directory: next(d for d in _built(k8s_bin_dir, directory) if d["kind"] == "Deployment")
+            ["spec"]["template"]["spec"] for directory in ("second-scheduler", "second-scheduler-tls")}
+    pods["static"] = _docs(MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml")[0]["spec"]
+    for where, pod in pods.items():
+        for container in pod.get("initContainers", []) + pod["containers"]:
+            context = {**pod.get("securityContext", {}), **container["securityContext"]}
+            name = f"{where}/{container['name']}"
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["capabilities"] == {"drop": ["ALL"]}, name
+            assert context.get("privileged", False) is False, name
+            if where == "static":
+                assert context["runAsUser"] == 0, name
+            else:
+                assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532, name
+            writable = {m["mountPath"] for m in container.get("volumeMounts", []) if not m.get("readOnly")}
+            assert writable <= {"/tmp"}, (name, writable)  # the emptyDir gunicorn needs, nothing else
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^USER 65532(:65532)?$", dockerfile, re.MULTILINE), "the image must not default to root"
 
 
 def test_kind_configuration() -> None:
@@ -231,12 +308,13 @@ def test_server_dry_run_loose_manifest(installed: ControlPlane, path: Path) -> N
     _assert_clean_dry_run(proc, _rel(path))
 
 
-def test_second_scheduler_pod_passes_restricted_pod_security(installed: ControlPlane) -> None:
+@pytest.mark.parametrize("directory", ["second-scheduler", "second-scheduler-tls"])
+def test_second_scheduler_pod_passes_restricted_pod_security(installed: ControlPlane, directory: str) -> None:
     """Dry-run warnings only hint at Pod Security for a Deployment; creating its Pod enforces it."""
     cp = installed
     labels = cp.request("GET", f"/api/v1/namespaces/{NAMESPACE}")["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
-    deployment = next(d for d in _built(cp.bin_dir, "second-scheduler") if d["kind"] == "Deployment")
+    deployment = next(d for d in _built(cp.bin_dir, directory) if d["kind"] == "Deployment")
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "pod-security-probe", "namespace": NAMESPACE,
                         "labels": deployment["spec"]["template"]["metadata"]["labels"]},
@@ -253,6 +331,12 @@ def test_second_scheduler_pod_passes_restricted_pod_security(installed: ControlP
 @pytest.mark.parametrize("path", INVENTORY["scheduler_configs"], ids=_rel)
 def test_kube_scheduler_starts_with_configuration(installed: ControlPlane, path: Path) -> None:
     (config,) = _docs(path)
+    for extender in _extenders(config):
+        if extender.get("enableHTTPS"):  # the Secret's files, as the pod mounts them
+            assert installed.pki is not None
+            pair = installed.pki.issue("tls-config-client", "system:kube-scheduler")
+            extender["tlsConfig"] = {"caFile": str(installed.pki.ca.cert), "certFile": str(pair.cert),
+                                     "keyFile": str(pair.key)}
     config.pop("clientConnection", None)  # start_scheduler points it at the test scheduler's kubeconfig
     # That identity may not take the Lease gang-scheduler (the shipped RBAC gives it to the ServiceAccount
     # gang-scheduler: see test_second_scheduler_topology_runs_as_shipped).
@@ -303,9 +387,14 @@ def test_extender_service_account_has_exactly_its_verbs(installed: ControlPlane)
         granted, baseline = _can_i_list(cp, extender, namespace), _can_i_list(cp, nobody, namespace)
         extra = {r: v - baseline.get(r, set()) for r, v in granted.items() if v - baseline.get(r, set())}
         assert extra == EXTENDER_GRANTS, namespace
-    # The same, one verb at a time and across all namespaces.
+    # The same, one verb at a time and across all namespaces, for the APIs this control plane serves
+    # (`can-i VERB RESOURCE` resolves the resource through discovery and says "no" to an unserved one,
+    # e.g. the 1.36+ podgroups.scheduling.k8s.io on 1.35; the --list check above reads the rules).
+    served = set(cp.kubectl("api-resources", "-o", "name").stdout.split())
     for resource, verbs in EXTENDER_GRANTS.items():
         name, _, sub = resource.partition("/")
+        if name not in served:
+            continue
         for verb in verbs:
             args = ["auth", "can-i", verb, name, "--all-namespaces", *([f"--subresource={sub}"] if sub else [])]
             assert _kubectl_as(cp, extender, *args).stdout.strip() == "yes", (verb, resource)
@@ -334,6 +423,8 @@ def _assert_all_watches_synced(ext: Extender) -> None:
     assert "discovery_error" not in ready, ready
     watches = ready["watches"]
     assert set(watches) == {"nodes", "pods", "workloads.scheduling.k8s.io", "podgroups.scheduling.x-k8s.io"}, ready
+    assert ready["groupApis"] == {"workloads.scheduling.k8s.io": "v1alpha1",
+                                  "podgroups.scheduling.x-k8s.io": "v1alpha1"}, ready
     for name, state in watches.items():
         assert state["synced"] and state["healthy"] and not state["error"], (name, state)
 
@@ -349,6 +440,28 @@ def _assert_writes_succeeded(ext: Extender) -> None:
     assert errors == {}, errors
     log = ext.log_path.read_text()
     assert " 403" not in log and "forbidden" not in log.lower(), tail(ext.log_path)
+
+
+def _secrets_in(kubeconfig: str) -> list[str]:
+    """The credentials of a kubeconfig as they could leak into a log: the token (and its signature part),
+    the base64 key data, and the lines of the decoded PEM key."""
+    user = yaml.safe_load(Path(kubeconfig).read_text())["users"][0]["user"]
+    secrets = []
+    if user.get("token"):
+        secrets += [user["token"], user["token"].rsplit(".", 1)[-1]]
+    if user.get("client-key-data"):
+        pem = base64.b64decode(user["client-key-data"]).decode()
+        secrets += [user["client-key-data"][:64], *(line for line in pem.splitlines() if "-----" not in line)]
+    return [s for s in secrets if len(s) >= 16]
+
+
+def _assert_no_credentials_logged(ext: Extender, kubeconfig: str) -> None:
+    secrets = _secrets_in(kubeconfig)
+    assert secrets, "the kubeconfig has no credentials to look for"
+    for path in (ext.log_path, ext.record_path):
+        text = path.read_text(errors="replace") if path.exists() else ""
+        leaked = [s[:8] + "..." for s in secrets if s in text]
+        assert leaked == [], f"{path}: credentials in the log: {leaked}"
 
 
 def _apply_example(cp: ControlPlane, example: str, namespace: str) -> None:
@@ -391,6 +504,27 @@ def test_extender_works_with_only_its_service_account(installed: ControlPlane, t
     finally:
         cp.stop_scheduler()
     _assert_writes_succeeded(ext)
+    _assert_no_credentials_logged(ext, ext.kubeconfig)  # a token kubeconfig, at --log-level DEBUG
+
+
+def test_rejected_credentials_are_not_logged(installed: ControlPlane, tmp_path: Path) -> None:
+    """A kubeconfig whose token the API server refuses: every call fails with 401 and is logged at DEBUG,
+    the token never is."""
+    cp = installed
+    doc = yaml.safe_load(Path(cp.service_account_kubeconfig(NAMESPACE, EXTENDER_SA)).read_text())
+    token = "gx-" + "".join(f"{b:02x}" for b in os.urandom(24))
+    doc["users"][0]["user"]["token"] = token
+    kubeconfig = tmp_path / "bad-token.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(doc))
+    ext = Extender(str(kubeconfig), tmp_path, log=print, args=["--log-level", "DEBUG"])
+    try:
+        with contextlib.suppress(RuntimeError):  # never ready: discovery is refused
+            ext.start(timeout=6)
+        log = ext.log_path.read_text()
+        assert "401" in log or "Unauthorized" in log, tail(ext.log_path)
+        assert token not in log and token[3:19] not in log
+    finally:
+        ext.stop()
 
 
 def _spawn_scheduler(cp: ControlPlane, config: dict[str, Any], kubeconfig: str, workdir: Path
@@ -483,12 +617,18 @@ def test_default_scheduler_topology_with_kube_scheduler_identity(installed: Cont
     in manifests/default-scheduler must cover every call of the extender."""
     cp = installed
     as_scheduler = ["--as=system:kube-scheduler"]
-    missing = [("patch", "pods"), ("list", "podgroups.scheduling.x-k8s.io"), ("watch", "podgroups.scheduling.x-k8s.io")]
+    missing = [("patch", "pods"), ("list", "podgroups.scheduling.x-k8s.io"), ("watch", "podgroups.scheduling.x-k8s.io"),
+               ("patch", "podgroups.scheduling.x-k8s.io/status")]
     for verb, resource in missing:  # what the binding adds
-        assert cp.kubectl("auth", "can-i", verb, resource, "-A", *as_scheduler, check=False).stdout.strip() == "no"
+        name, _, sub = resource.partition("/")
+        extra = [f"--subresource={sub}"] if sub else []
+        assert cp.kubectl("auth", "can-i", verb, name, "-A", *extra, *as_scheduler, check=False
+                          ).stdout.strip() == "no", (verb, resource)
     cp.kubectl("apply", "-k", str(MANIFESTS / "default-scheduler"))
     for verb, resource in missing:
-        assert cp.kubectl("auth", "can-i", verb, resource, "-A", *as_scheduler).stdout.strip() == "yes"
+        name, _, sub = resource.partition("/")
+        extra = [f"--subresource={sub}"] if sub else []
+        assert cp.kubectl("auth", "can-i", verb, name, "-A", *extra, *as_scheduler).stdout.strip() == "yes"
 
     ext = _start_extender(extender_factory, cp.user_kubeconfig("system:kube-scheduler"), tmp_path)
     _assert_all_watches_synced(ext)
@@ -503,6 +643,7 @@ def test_default_scheduler_topology_with_kube_scheduler_identity(installed: Cont
     finally:
         cp.stop_scheduler()
     _assert_writes_succeeded(ext)
+    _assert_no_credentials_logged(ext, ext.kubeconfig)  # a client-certificate kubeconfig
 
 
 def test_extender_outage_blocks_every_pod_so_the_extender_must_not_need_scheduling(installed: ControlPlane) -> None:

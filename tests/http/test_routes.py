@@ -557,3 +557,19 @@ def test_verbs_answer_error_until_the_first_list_is_complete(app: Flask, client:
     bound = post(client, "bind", {"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "node-1"})
     assert bound.get_json()["Error"].startswith("gang-extender is starting")
     assert post(client, "prioritize", {"Pod": pod_body, "NodeNames": names}).get_json() == []
+
+
+# ------------------------------------------------------------------------------------- explain
+def test_explain_endpoint_reads_the_ledger(client: FlaskClient) -> None:
+    reply = client.get("/explain/default/training")
+    assert reply.status_code == 200 and reply.mimetype == "application/json"
+    body = reply.get_json()
+    assert body["synced"] is True and [g["gang"] for g in body["gangs"]] == ["default/training/workers"]
+    (gang,) = body["gangs"]
+    assert gang["state"] == "WaitingForMembers" and gang["minCount"] == 4
+    assert gang["members"]["existing"] == 3 and gang["kind"] == "Workload"
+    assert client.get("/explain/default/training?podGroup=workers").get_json()["gangs"] == body["gangs"]
+    assert client.get("/explain/default/training?podGroup=driver").status_code == 404
+    missing = client.get("/explain/default/nothing")
+    assert missing.status_code == 404 and missing.get_json()["gangs"] == []
+    assert client.post("/explain/default/training").status_code == 405

@@ -25,7 +25,7 @@ def test_defaults() -> None:
     assert settings == Settings()
     assert settings == Settings(host="127.0.0.1", port=8888, kubeconfig=None, cluster_snapshot=None,
                                 gang_timeout_seconds=20.0, gang_backoff_seconds=10.0, cache_size=1_000_000,
-                                cache_ttl_seconds=300.0, max_body_bytes=64 * 2**20, threads=256,
+                                cache_ttl_seconds=300.0, max_body_bytes=64 * 2**20, threads=1024,
                                 bind_parallelism=8, log_level="INFO")
     assert load(None, {}) == Settings()
 
@@ -33,7 +33,26 @@ def test_defaults() -> None:
 def test_field_names() -> None:
     assert Settings.field_names() == ["host", "port", "kubeconfig", "cluster_snapshot", "gang_timeout_seconds",
                                       "gang_backoff_seconds", "cache_size", "cache_ttl_seconds", "max_body_bytes",
-                                      "threads", "bind_parallelism", "log_level", "record_file", "record_max_bytes"]
+                                      "threads", "bind_parallelism", "log_level", "record_file", "record_max_bytes",
+                                      "discovery_interval_seconds", "group_status",  # issue 5
+                                      "tls_cert_file", "tls_key_file", "tls_client_ca_file"]  # issue 6
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    ({"discovery_interval_seconds": "0"}, "discovery-interval-seconds must be 1..3600, got 0.0"),
+    ({"discovery_interval_seconds": "nan"}, "discovery-interval-seconds must be 1..3600, got nan"),
+    ({"group_status": "yes"}, "group-status must be on or off, got 'yes'"),
+])
+def test_issue5_settings_are_validated(args: dict[str, str], problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(args, {})
+    assert caught.value.problems == [problem]
+
+
+def test_issue5_settings_defaults_and_env() -> None:
+    assert (Settings().discovery_interval_seconds, Settings().group_status) == (30.0, "on")
+    settings = load({}, {"GANG_EXTENDER_GROUP_STATUS": "off", "GANG_EXTENDER_DISCOVERY_INTERVAL_SECONDS": "5"})
+    assert (settings.discovery_interval_seconds, settings.group_status) == (5.0, "off")
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from extender.groups import (
     PodLink,
     coscheduling_group,
     pod_link,
+    podgroup_group,
     workload_groups,
 )
 from extender.model import GangKey, GangPolicy, GroupKind, GroupRef
@@ -45,7 +46,7 @@ def pod(*, namespace: str | None = "ns", labels: dict[str, str] | None = None,
 def test_api_coordinates() -> None:
     assert WORKLOAD_API == ("scheduling.k8s.io", "v1alpha1", "workloads")
     assert COSCHEDULING_API == ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
-    parsers = {WL: workload_groups, CO: coscheduling_group}
+    parsers = {WL: workload_groups, GroupKind.PODGROUP: podgroup_group, CO: coscheduling_group}
     assert parsers == GROUP_PARSERS
 
 

@@ -1,0 +1,64 @@
+"""Faults, short versions (the long runs with the figures: ``make faults``, hack/faults.py).
+
+kill -9 of the extender while gangs schedule, a kube-apiserver restart while gangs wait, and the API
+server refusing one member's binding at quorum. Scenario code and figures: faults.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from controlplane import ControlPlane
+from faults import apiserver_restart, bind_refused_mid_gang, kill_during_gangs
+from support import Extender, scheduler_config
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    ext = Extender(control_plane.kubeconfig, tmp_path_factory.mktemp("extender"), log=print,
+                   args=["--gang-timeout-seconds", "12", "--gang-backoff-seconds", "2"])
+    ext.start()
+    control_plane.start_scheduler(scheduler_config(ext.url))
+    try:
+        yield {"cp": control_plane, "ext": ext}
+    finally:
+        control_plane.stop_scheduler()
+        ext.stop()
+
+
+def _assert_whole(figures: dict[str, Any]) -> None:
+    assert figures["pods_not_bound"] == 0 and figures["gangs_bound_whole"] == figures["gangs"], figures
+    assert figures["partial_gangs"] == [] and figures["double_bindings"] == [], figures
+    assert figures["lost_bindings"] == [] and figures["overcommitted_nodes"] == [], figures
+
+
+def test_kill_9_while_gangs_schedule(cluster: dict[str, Any]) -> None:
+    figures = kill_during_gangs(cluster["cp"], cluster["ext"], "f-kill", kills=3, seed=6, log=print)
+    # A kill inside the release (the gang's Bindings are separate API calls, some done, some not) leaves
+    # the gang partial until kube-scheduler retries the rest: the one window no extender can close.
+    assert set(figures["partial_gangs"]) <= set(figures["gangs_caught_mid_release"]), figures
+    _assert_whole({**figures, "partial_gangs": []})
+
+
+def test_apiserver_restart_while_gangs_wait(cluster: dict[str, Any]) -> None:
+    figures = apiserver_restart(cluster["cp"], cluster["ext"], "f-restart", restarts=1, log=print)
+    _assert_whole(figures)
+    (outage,) = figures["outages"]
+    # /readyz said so within a second of the API server's death, and until it came back
+    assert outage["first_503_after_seconds"] is not None and outage["first_503_after_seconds"] < 1.5, outage
+    assert outage["readyz_200_while_down_after_first_503"] == 0, outage
+    assert outage["readyz_not_200_after_recovery"] == 0, outage
+    assert figures["pod_relists"] >= 1, figures
+
+
+def test_binding_refused_at_quorum_is_reported_and_retried(cluster: dict[str, Any]) -> None:
+    figures = bind_refused_mid_gang(cluster["cp"], cluster["ext"], "f-refused", log=print)
+    assert figures["bound_while_denied"] == ["r-0", "r-1", "r-2"], figures  # a Binding cannot be undone
+    assert figures["event_pods"] == ["r-3-refused"] and "e2e-deny-binding" in figures["event_example"], figures
+    assert figures["bind_errors_metric"] >= 1, figures
+    assert figures["members_bound_at_the_end"] == 4 and figures["pods_on_two_nodes"] == [], figures
+    assert figures["overcommitted_nodes"] == [], figures

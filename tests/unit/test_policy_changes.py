@@ -1,0 +1,213 @@
+"""Following gang policy changes (1.37 PodGroups: ``minCount`` is mutable) and telling users why a gang
+waits: GangWaiting Events, group status values, the quorum released without a bind request."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from extender.model import GangKey, GangPhase, GangStatus, GroupKind, GroupRef
+from tests.builders import Harness, bind_args, filter_args, make_engine, node
+from tests.builders import pod as base_pod
+from tests.unit.test_engine import Binds, wait_until
+
+NODES4 = ["n1", "n2", "n3", "n4"]
+GANG = GangKey(GroupRef(GroupKind.PODGROUP, "default", "pg"))
+
+
+def podgroup(min_count: int, version: str = "v1beta1") -> dict[str, Any]:
+    return {"apiVersion": f"scheduling.k8s.io/{version}", "kind": "PodGroup",
+            "metadata": {"name": "pg", "namespace": "default", "uid": "pg-uid"},
+            "spec": {"workloadRef": {"workloadName": "w", "templateName": "t"},
+                     "schedulingPolicy": {"gang": {"minCount": min_count}}}}
+
+
+def member(i: int, cpu: str = "1") -> dict[str, Any]:
+    raw = base_pod(f"m{i}", cpu=cpu)
+    raw["spec"]["schedulingGroup"] = {"podGroupName": "pg"}
+    return raw
+
+
+class Statuses:
+    def __init__(self) -> None:
+        self.values: list[tuple[GangKey, GangStatus]] = []
+
+    def __call__(self, gang: GangKey, status: GangStatus) -> None:
+        self.values.append((gang, status))
+
+    def phases(self) -> list[GangPhase]:
+        return [s.phase for _, s in self.values]
+
+
+@pytest.fixture
+def h() -> Iterator[Harness]:
+    harness = make_engine(timeout_seconds=30.0, backoff_seconds=10.0)
+    harness.ledger.on_status = Statuses()
+    harness.add(*(node(n) for n in NODES4))
+    yield harness
+    harness.close()
+
+
+@pytest.fixture
+def binds(h: Harness) -> Iterator[Binds]:
+    runner = Binds(h)
+    yield runner
+    h.binder.gate.set()
+    h.clock.advance(10_000)
+    h.ledger.sweep()
+    runner.join()
+
+
+def statuses(h: Harness) -> Statuses:
+    assert isinstance(h.ledger.on_status, Statuses)
+    return h.ledger.on_status
+
+
+def set_min_count(h: Harness, count: int) -> None:
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(count))
+
+
+def test_podgroup_members_wait_at_the_quorum_gate_with_a_status_and_an_event(h: Harness) -> None:
+    members = [member(i) for i in range(3)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
+    h.add(*members)
+    result = h.engine.filter(filter_args(members[0], NODES4))
+    message = "waiting for gang default/pg: 3/4 pods exist"
+    assert result.failed_unresolvable == dict.fromkeys(NODES4, message)
+    assert h.events.of("GangWaiting") == [(("m0",), "Normal", "GangWaiting", message)]
+    assert statuses(h).values == [(GANG, GangStatus(GangPhase.WAITING, message))]
+    assert h.ledger.facts(GANG).message == message
+
+
+def test_missing_podgroup_names_the_object(h: Harness) -> None:
+    result = h.engine.filter(filter_args(member(0), NODES4))
+    assert set(result.failed_unresolvable.values()) == {
+        "waiting for gang default/pg: PodGroup default/pg does not exist"}
+
+
+def test_lowering_min_count_wakes_the_waiting_members_and_lets_them_pass(h: Harness) -> None:
+    woken: list[str] = []
+    h.ledger.on_wake = lambda pods: woken.extend(p.name for p in pods)
+    members = [member(i) for i in range(3)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
+    h.add(*members)
+    assert not h.engine.filter(filter_args(members[0], NODES4)).feasible
+    woken.clear()
+    set_min_count(h, 3)
+    h.ledger.sweep()
+    assert sorted(woken) == ["m0", "m1", "m2"]  # kube-scheduler does not watch PodGroups: nudge the pods
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+
+
+def test_podgroup_created_after_its_pods_wakes_them(h: Harness) -> None:
+    woken: list[str] = []
+    h.ledger.on_wake = lambda pods: woken.extend(p.name for p in pods)
+    members = [member(i) for i in range(2)]
+    h.add(*members)
+    assert not h.engine.filter(filter_args(members[0], NODES4)).feasible  # PodGroup does not exist
+    assert woken == []
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(2))
+    h.ledger.sweep()
+    assert sorted(woken) == ["m0", "m1"]
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+
+
+def test_lowering_min_count_releases_the_binds_already_held(h: Harness, binds: Binds) -> None:
+    """4 members held of minCount 5 (the fifth exists but cannot be placed); minCount drops to 4: the
+    held quorum is complete and is bound at once, without another bind request."""
+    members = [member(i, cpu="3") for i in range(5)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(5))
+    h.add(node("n5"), *members)
+    assert h.engine.filter(filter_args(members[0], [*NODES4, "n5"])).feasible
+    for i in range(4):
+        binds.start(members[i], NODES4[i])
+        wait_until(lambda i=i: h.ledger.held_count() == i + 1)
+    assert h.binder.calls == []
+    set_min_count(h, 4)
+    h.ledger.sweep()
+    assert binds.join() == {"m0": "", "m1": "", "m2": "", "m3": ""}
+    assert sorted(c[1] for c in h.binder.calls) == ["m0", "m1", "m2", "m3"]
+    state = h.ledger.state(GANG)
+    assert state is not None and state.completed == 1 and state.policy.min_count == 4
+    assert h.mirror.reservation(GANG) == {}  # the slot kept for the fifth member is released
+    assert statuses(h).phases()[-1] is GangPhase.SCHEDULED
+    assert [e[3] for e in h.events.of("GangBound")] == ["gang default/pg: 4 member(s) bound together at quorum"]
+
+
+def test_next_bind_after_a_drop_completes_the_quorum_too(h: Harness, binds: Binds) -> None:
+    """Without the sweep, the next bind request sees the new minCount itself."""
+    members = [member(i, cpu="3") for i in range(4)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
+    h.add(*members)
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+    binds.start(members[0], "n1")
+    wait_until(lambda: h.ledger.held_count() == 1)
+    set_min_count(h, 2)
+    binds.start(members[1], "n2")
+    assert binds.join() == {"m0": "", "m1": ""}
+
+
+def test_raising_min_count_of_an_admitted_gang_without_holds_replans(h: Harness) -> None:
+    members = [member(i, cpu="3") for i in range(4)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(2))
+    h.add(*members)
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+    assert len(h.mirror.reservation(GANG)) == 2
+    set_min_count(h, 4)
+    h.ledger.sweep()
+    state = h.ledger.state(GANG)
+    assert state is not None and state.admitted_at is None and h.mirror.reservation(GANG) == {}
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+    assert len(h.mirror.reservation(GANG)) == 4
+
+
+def test_lowering_min_count_of_an_admitted_gang_shrinks_its_reservation(h: Harness, binds: Binds) -> None:
+    members = [member(i, cpu="3") for i in range(4)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
+    h.add(*members)
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+    binds.start(members[0], "n1")
+    wait_until(lambda: h.ledger.held_count() == 1)
+    assert len(h.mirror.reservation(GANG)) == 3
+    set_min_count(h, 3)
+    h.ledger.sweep()
+    assert len(h.mirror.reservation(GANG)) == 2  # 1 held + 2 reserved = 3
+
+
+def test_podgroup_turning_basic_releases_what_it_held(h: Harness, binds: Binds) -> None:
+    members = [member(i, cpu="3") for i in range(4)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
+    h.add(*members)
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+    binds.start(members[0], "n1")
+    wait_until(lambda: h.ledger.held_count() == 1)
+    basic = podgroup(4)
+    basic["spec"]["schedulingPolicy"] = {"basic": {}}
+    h.mirror.upsert_group(GroupKind.PODGROUP, basic)
+    h.ledger.sweep()
+    assert binds.join() == {"m0": ""}
+    assert h.engine.bind(bind_args(members[1], "n2")) == ""  # and later members bind at once
+
+
+def test_admission_and_timeout_statuses(h: Harness, binds: Binds) -> None:
+    members = [member(i, cpu="3") for i in range(4)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
+    h.add(*members)
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+    binds.start(members[0], "n1")
+    wait_until(lambda: h.ledger.held_count() == 1)
+    h.clock.advance(31)
+    h.ledger.sweep()
+    binds.join()
+    phases = statuses(h).phases()
+    assert phases == [GangPhase.SCHEDULING, GangPhase.WAITING]
+    assert statuses(h).values[-1][1].message.startswith("gang default/pg timed out after 30s")
+
+
+def test_copy_of_podgroup_fixture_is_not_shared() -> None:
+    a, b = podgroup(3), podgroup(3)
+    b["spec"]["schedulingPolicy"]["gang"]["minCount"] = 9
+    assert a == copy.deepcopy(podgroup(3))
