@@ -94,7 +94,8 @@ class GangLedger:
                  max_backoff_seconds: float = 300.0, clock: Callable[[], float] = time.monotonic,
                  on_event: Callable[[list[PodRecord], str, str, str], None] | None = None,
                  on_wake: Callable[[list[PodRecord]], None] | None = None,
-                 on_status: Callable[[GangKey, GangStatus], None] | None = None) -> None:
+                 on_status: Callable[[GangKey, GangStatus], None] | None = None,
+                 max_held_binds: int | None = None) -> None:
         self.mirror = mirror
         self.lock = mirror.lock
         self.timeout_seconds = timeout_seconds
@@ -104,6 +105,10 @@ class GangLedger:
         self.on_event = on_event or (lambda pods, kind, reason, message: None)
         self.on_wake = on_wake or (lambda pods: None)
         self.on_status = on_status or (lambda gang, status: None)
+        # Each bind held at a barrier occupies a worker thread: admitting more held-bind demand than
+        # there are threads starves filter requests and times every gang out (a backlog of thousands
+        # of interleaved gang members does exactly that). None: no limit.
+        self.max_held_binds = max_held_binds
         # Binds a quorum that became complete without a bind request (a lowered minCount); the engine
         # sets it, since only it binds. Called under the lock: it must only hand the work to a thread.
         self.on_release: Callable[[GangKey, list[Hold]], None] | None = None
@@ -166,6 +171,10 @@ class GangLedger:
             if verdict is not None:
                 return verdict
             needed = policy.min_count - len(placed) - len(self._waiting(state))
+            verdict = self._barrier_room(gang, needed)
+            if verdict is not None:
+                state.last_message = verdict.message
+                return verdict
             pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
             chosen = rules.pick_for_reservation(pending, needed)
             result = rules.plan(chosen, self.mirror.nodes.values(), self._free_for(gang))
@@ -185,6 +194,28 @@ class GangLedger:
                           f"gang {gang} admitted: capacity reserved for {needed} more member(s)")
             self.on_status(gang, GangStatus(GangPhase.SCHEDULING, state.last_message, len(placed), policy.min_count))
             return PASS
+
+    def held_demand(self) -> int:
+        """Binds that gangs may hold at once: held now, plus reserved members still to come."""
+        with self.lock:
+            return sum(len(self._waiting(s)) + (len(s.slots) if s.admitted_at is not None else 0)
+                       for s in self._gangs.values())
+
+    def _barrier_room(self, gang: GangKey, needed: int) -> Verdict | None:
+        """None when the gang's ``needed`` held binds fit the thread budget beside gangs in flight."""
+        limit = self.max_held_binds
+        if limit is None:
+            return None
+        if needed > limit:
+            return Verdict(Code.WAIT_UNRESOLVABLE,
+                           f"gang {gang} would hold {needed} binds at once but gang-extender can hold at most "
+                           f"{limit}: raise --threads")
+        in_flight = self.held_demand()
+        if in_flight + needed > limit:
+            return Verdict(Code.WAIT_RESOLVABLE,
+                           f"waiting for a barrier slot for gang {gang}: gangs in flight may hold {in_flight} "
+                           f"binds; {needed} more would exceed the limit of {limit} (--threads)")
+        return None
 
     def note_waiting(self, pod: PodRecord, verdict: Verdict) -> None:
         """A member was rejected by a gang rule: remember why (explain), tell its pod (a ``GangWaiting``

@@ -53,6 +53,13 @@ class _StateCollector:
         for name, value in rt.ledger.counters.items():
             yield CounterMetricFamily(f"gang_extender_gangs_{name}", f"Gangs {name.replace('_', ' ')}",
                                       value=value)
+        yield GaugeMetricFamily("gang_extender_held_bind_demand",
+                                "Binds admitted gangs may hold at once (held now + reserved members to come)",
+                                value=rt.ledger.held_demand())
+        if rt.ledger.max_held_binds is not None:
+            yield GaugeMetricFamily("gang_extender_held_bind_limit",
+                                    "Most binds gangs may hold at once (--threads less headroom)",
+                                    value=rt.ledger.max_held_binds)
         yield GaugeMetricFamily("gang_extender_held_binds", "Bind requests held at gang barriers",
                                 value=rt.ledger.held_count())
         yield GaugeMetricFamily("gang_extender_admitted_gangs", "Gangs holding a reservation",

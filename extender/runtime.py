@@ -214,6 +214,12 @@ def status_writer(mirror: ClusterMirror, apply: Callable[[dict[str, Any]], None]
     return write
 
 
+def held_bind_budget(threads: int) -> int:
+    """Binds gangs may hold at once: the worker threads less headroom kept for filter, prioritize,
+    bind of non-gang pods, probes and /metrics."""
+    return max(threads - max(8, threads // 8), 1)
+
+
 def _core(settings: Settings, binder_for: Callable[[ClusterMirror], Binder],
           sink: Callable[[dict[str, str], str, str, str], None],
           patch: Callable[[str, str, dict[str, str]], None],
@@ -237,7 +243,7 @@ def _core(settings: Settings, binder_for: Callable[[ClusterMirror], Binder],
 
     ledger = GangLedger(mirror, timeout_seconds=settings.gang_timeout_seconds,
                         backoff_seconds=settings.gang_backoff_seconds, on_event=on_event, on_wake=waker.wake,
-                        on_status=on_status)
+                        on_status=on_status, max_held_binds=held_bind_budget(settings.threads))
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism)
     return mirror, cache, ledger, engine, events, waker, status
 

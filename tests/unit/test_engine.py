@@ -595,3 +595,36 @@ def test_replicas_of_a_workload_pod_group_are_independent_gangs(h: Harness, bind
     binds.start(r1[1], "n4")
     assert binds.join() == {"r0-0": "", "r0-1": "", "r1-0": "", "r1-1": ""}
     assert h.ledger.counters["completed"] == 2
+
+
+# -------------------------------------------------------------------------- held-bind thread budget
+def test_gangs_in_flight_are_limited_by_the_held_bind_budget(h: Harness, binds: Binds) -> None:
+    """Each held bind occupies a worker thread: a gang is admitted only while the binds all admitted
+    gangs may hold fit the budget, and waits (resolvable, woken later) otherwise."""
+    h.ledger.max_held_binds = 5
+    woken: list[str] = []
+    h.ledger.on_wake = lambda pods: woken.extend(p.name for p in pods)
+    nodes(h, [f"n{i}" for i in range(1, 9)])
+    names = [f"n{i}" for i in range(1, 9)]
+    a, b = gang_pods("a", 4, cpu="1"), gang_pods("b", 4, cpu="1")
+    h.add(coscheduling_podgroup("a", 4), *a, coscheduling_podgroup("b", 4), *b)
+    assert h.engine.filter(filter_args(a[0], names)).feasible  # a admitted: may hold 4
+    assert h.ledger.held_demand() == 4
+    assert h.engine.filter(filter_args(b[0], names)) == resolvable(
+        names, "waiting for a barrier slot for gang default/b: gangs in flight may hold 4 binds; 4 more would "
+               "exceed the limit of 5 (--threads)")
+    for member in a:
+        binds.start(member, "n1")
+    assert binds.join() == {f"a-{i}": "" for i in range(4)}
+    assert h.ledger.held_demand() == 0
+    assert "b-0" in woken  # a's completion freed the slot: the waiting member is told to retry
+    assert h.engine.filter(filter_args(b[0], names)).feasible  # and b is admitted
+
+
+def test_a_gang_larger_than_the_budget_is_told_to_raise_threads(h: Harness) -> None:
+    h.ledger.max_held_binds = 3
+    nodes(h, NODES4)
+    big = gang_pods("big", 4, cpu="1")
+    h.add(coscheduling_podgroup("big", 4), *big)
+    assert h.engine.filter(filter_args(big[0], NODES4)) == unresolvable(
+        NODES4, "gang default/big would hold 4 binds at once but gang-extender can hold at most 3: raise --threads")
