@@ -152,13 +152,19 @@ def pod_link(pod: Mapping[str, Any]) -> PodLink | None:
     return None
 
 
-def workload_groups(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]:
-    """Pod groups of a v1alpha1 Workload; a ``basic`` group maps to None (no gang)."""
+def _identity(obj: Mapping[str, Any], kind: str) -> tuple[str, str, Mapping[str, Any]]:
+    """(namespace, name, annotations) of a group object; GroupError without a name."""
     metadata = _dict(obj.get("metadata"))
     namespace, name = str(metadata.get("namespace") or "default"), str(metadata.get("name") or "")
     if not name:
-        raise GroupError("Workload has no metadata.name")
-    timeout = _timeout(_dict(metadata.get("annotations")))
+        raise GroupError(f"{kind} has no metadata.name")
+    return namespace, name, _dict(metadata.get("annotations"))
+
+
+def workload_groups(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]:
+    """Pod groups of a v1alpha1 Workload; a ``basic`` group maps to None (no gang)."""
+    namespace, name, annotations = _identity(obj, "Workload")
+    timeout = _timeout(annotations)
     groups: dict[GroupRef, GangPolicy | None] = {}
     pod_groups = _dict(obj.get("spec")).get("podGroups") or []
     if not isinstance(pod_groups, list):
@@ -180,14 +186,11 @@ def workload_groups(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]
 
 def coscheduling_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]:
     """The single gang of a scheduler-plugins PodGroup."""
-    metadata = _dict(obj.get("metadata"))
-    namespace, name = str(metadata.get("namespace") or "default"), str(metadata.get("name") or "")
-    if not name:
-        raise GroupError("PodGroup has no metadata.name")
+    namespace, name, annotations = _identity(obj, "PodGroup")
     spec = _dict(obj.get("spec"))
     min_member = _positive_int(spec.get("minMember", 1), f"PodGroup {namespace}/{name}: spec.minMember")
     seconds = spec.get("scheduleTimeoutSeconds")
-    timeout = _timeout(_dict(metadata.get("annotations")))
+    timeout = _timeout(annotations)
     if timeout is None and seconds:  # 0 or absent: the extender's default applies
         timeout = _timeout({ANNOTATION_TIMEOUT: seconds})
     return {GroupRef(GroupKind.COSCHEDULING, namespace, name): GangPolicy(min_member, timeout)}
@@ -203,15 +206,12 @@ def _gang_policy(policy: Mapping[str, Any], field: str, timeout: float | None) -
 
 def podgroup_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]:
     """The gang of a 1.36+ ``scheduling.k8s.io`` PodGroup (v1alpha2, v1alpha3, v1beta1: same field)."""
-    metadata = _dict(obj.get("metadata"))
-    namespace, name = str(metadata.get("namespace") or "default"), str(metadata.get("name") or "")
-    if not name:
-        raise GroupError("PodGroup has no metadata.name")
+    namespace, name, annotations = _identity(obj, "PodGroup")
     policy = _dict(obj.get("spec")).get("schedulingPolicy")
     field = f"PodGroup {namespace}/{name}: spec.schedulingPolicy"
     if policy is not None and not isinstance(policy, dict):
         raise GroupError(f"{field} must be an object")
-    timeout = _timeout(_dict(metadata.get("annotations")))
+    timeout = _timeout(annotations)
     return {GroupRef(GroupKind.PODGROUP, namespace, name): _gang_policy(_dict(policy), field, timeout)}
 
 
