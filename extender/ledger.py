@@ -115,6 +115,7 @@ class GangLedger:
         self._gangs: dict[GangKey, GangState] = {}
         self._verdicts: dict[GangKey, str] = {}  # last waiting message of gangs the ledger has no state for
         self._blocked: dict[str, PodRecord] = {}  # pods rejected until capacity frees up
+        self._rejected: dict[GangKey, set[str]] = {}  # members a gang rule rejected: woken at admission
         self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0}
 
     # ------------------------------------------------------------------------------------ queries
@@ -188,7 +189,10 @@ class GangLedger:
             state.last_message = f"admitted: {needed} member(s) reserved on {len(result.per_node())} node(s)"
             self.mirror.set_reservation(gang, result.per_node())
             self.counters["admitted"] += 1
-            self.on_wake(pending)  # like the in-tree plugin activating siblings: schedule them now
+            # Like the in-tree plugin activating siblings: members a gang rule rejected wait in the
+            # scheduler's unschedulable pool; wake those (the others are still queued: no API write).
+            rejected = self._rejected.pop(gang, set())
+            self.on_wake([p for p in pending if p.uid in rejected])
             log.info("gang %s admitted: %s", gang, state.last_message)
             self.on_event(chosen, "Normal", "GangAdmitted",
                           f"gang {gang} admitted: capacity reserved for {needed} more member(s)")
@@ -224,6 +228,9 @@ class GangLedger:
         if gang is None:
             return
         with self.lock:
+            rejected = self._rejected.setdefault(gang, set())
+            if len(rejected) < MAX_BLOCKED:
+                rejected.add(pod.uid)
             state = self._gangs.get(gang)
             if state is not None:
                 state.last_message = verdict.message
@@ -400,6 +407,8 @@ class GangLedger:
             if self._verdicts:
                 for gang in [g for g in self._verdicts if g in self._gangs or not self.mirror.member_count(g)]:
                     del self._verdicts[gang]
+            for gang in [g for g in self._rejected if not self.mirror.member_count(g)]:
+                del self._rejected[gang]
 
     def _follow_policy_changes(self) -> None:
         """Re-evaluate gangs whose group changed its policy (1.37 PodGroups: ``minCount`` is mutable).

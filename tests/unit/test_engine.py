@@ -628,3 +628,18 @@ def test_a_gang_larger_than_the_budget_is_told_to_raise_threads(h: Harness) -> N
     h.add(coscheduling_podgroup("big", 4), *big)
     assert h.engine.filter(filter_args(big[0], NODES4)) == unresolvable(
         NODES4, "gang default/big would hold 4 binds at once but gang-extender can hold at most 3: raise --threads")
+
+
+def test_admission_wakes_only_members_a_gang_rule_rejected(h: Harness) -> None:
+    """Rejected members wait in kube-scheduler's unschedulable pool and need a nudge; members never
+    rejected are still queued, and waking them would only cost API writes."""
+    woken: list[str] = []
+    h.ledger.on_wake = lambda pods: woken.extend(p.name for p in pods)
+    nodes(h, NODES4)
+    a = gang_pods("a", 4, cpu="1")
+    h.add(coscheduling_podgroup("a", 4), *a[:3])
+    assert not h.engine.filter(filter_args(a[0], NODES4)).feasible  # 3/4 exist: a-0 rejected
+    woken.clear()  # (the PodGroup appearing woke its pods once, by design: see test_policy_changes)
+    h.add(a[3])
+    assert h.engine.filter(filter_args(a[3], NODES4)).feasible  # admitted at a-3's filter
+    assert woken == ["a-0"]
