@@ -38,12 +38,13 @@ def parse_quantity(text: object) -> Decimal:
     """Parse a Kubernetes quantity ("100m", "1Gi", 2) into an exact Decimal."""
     if isinstance(text, bool):
         raise QuantityError(f"invalid quantity {text!r}")
-    if isinstance(text, int):
-        return Decimal(text)
-    if isinstance(text, float):
-        if not math.isfinite(text):
+    if isinstance(text, int | float):
+        if isinstance(text, float) and not math.isfinite(text):
             raise QuantityError(f"invalid quantity {text!r}")
-        return Decimal(str(text))
+        value = Decimal(text) if isinstance(text, int) else Decimal(str(text))
+        if abs(value) >= _MAX_MAGNITUDE:  # the same range as strings (JSON numbers reach 1.8e308)
+            raise QuantityError(f"invalid quantity {text!r}: out of range")
+        return value
     if not isinstance(text, str):
         raise QuantityError(f"invalid quantity {text!r}")
     match = _QUANTITY.match(text.strip())

@@ -158,6 +158,22 @@ class Server:
                 self.proc.wait(10)
 
 
+def server_quantiles(server: Server, verb: str) -> dict[str, str]:
+    """p50/p99 of the server's own latency histogram (handler time, no queueing), as bucket bounds."""
+    _, body = server.get("/metrics")
+    buckets = []
+    for line in body.decode().splitlines():
+        if line.startswith("gang_extender_request_seconds_bucket{") and f'verb="{verb}"' in line:
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float(le), float(line.rpartition(" ")[2])))
+    total = buckets[-1][1] if buckets else 0.0
+    found: dict[str, str] = {}
+    for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+        upper = next((b for b, count in buckets if count >= q * total), float("inf"))
+        found[name] = f"<= {upper * 1000:g}"
+    return found
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
@@ -171,13 +187,14 @@ def filter_rate(workdir: Path, *, rate: float, seconds: float, nodes: int, conne
 
     def body(i: int) -> bytes:
         kind = rng.random()
+        extra: dict[str, Any]
         if kind < 0.7:    # a Deployment's pods: same spec, new name
             cpu, extra = "250m", {}
         elif kind < 0.9:  # a new signature every time
             cpu, extra = f"{rng.randint(1, 4000)}m", {}
         else:             # a gang member
             cpu, extra = "1", {"workloadRef": {"name": "train", "podGroup": "workers"}}
-        pod = {"metadata": {"name": f"p-{i}", "namespace": "default", "uid": f"u-{i}"},
+        pod: dict[str, Any] = {"metadata": {"name": f"p-{i}", "namespace": "default", "uid": f"u-{i}"},
                "spec": {"containers": [{"resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}], **extra}}
         if kind >= 0.9:
             pod["metadata"]["name"] = f"train-{i % 8}"
@@ -256,6 +273,9 @@ def filter_rate(workdir: Path, *, rate: float, seconds: float, nodes: int, conne
                    "max": round(max(r for _, r, _ in rss), 1),
                    "growth_last_30s": round(rss[-1][1] - min(r for t, r, _ in rss if t >= elapsed - 30), 1)},
         "fds_max": max(f for _, _, f in rss),
+        "rss_mb_every_10s": [round(r, 1) for t, r, _ in rss][::10],
+        "cache_entries": server.metric("gang_extender_filter_cache_entries"),
+        "server_side_ms": server_quantiles(server, "filter"),
     }
     server.stop()
     return result
@@ -280,7 +300,7 @@ def barrier(workdir: Path, *, members: int, threads: int, gang_timeout: float) -
     server = Server(workdir, barrier_snapshot(members), ["--threads", str(threads), "--gang-timeout-seconds",
                                                          str(gang_timeout)])
     held = members - 1
-    idle = {"rss_mb": round(server.rss_mb(), 1), "threads": server.threads(), "fds": server.fds()}
+    idle: dict[str, Any] = {"rss_mb": round(server.rss_mb(), 1), "threads": server.threads(), "fds": server.fds()}
     log(f"barrier: --threads {threads}: {held} concurrent binds of a {members}-member gang, then the last")
     pool = ThreadPoolExecutor(max_workers=members + 8)
     started = time.monotonic()
@@ -296,7 +316,8 @@ def barrier(workdir: Path, *, members: int, threads: int, gang_timeout: float) -
         if reached >= held:
             break
         time.sleep(0.5)
-    while_held = {"held_binds": int(reached), "seconds_to_hold": round(time.monotonic() - started, 1),
+    while_held: dict[str, Any] = {"held_binds": int(reached) if probes_ok else "unknown: /metrics got no thread",
+                  "seconds_to_hold": round(time.monotonic() - started, 1),
                   "rss_mb": round(server.rss_mb(), 1), "threads": server.threads(), "fds": server.fds()}
     try:
         while_held["healthz"] = server.get("/healthz", timeout=5)[0]
@@ -312,7 +333,7 @@ def barrier(workdir: Path, *, members: int, threads: int, gang_timeout: float) -
     result = {
         "threads": threads, "members": members, "idle": idle, "while_held": while_held,
         "probes_answered_while_held": probes_ok,
-        "rss_per_held_bind_kb": round((while_held["rss_mb"] - idle["rss_mb"]) * 1024 / max(reached, 1), 1),
+        "rss_per_held_bind_kb": round((while_held["rss_mb"] - idle["rss_mb"]) * 1024 / reached, 1) if reached else None,
         "bind_errors": len(errors), "error_examples": sorted(set(errors))[:3],
         "release_seconds": round(finish - released, 2), "nofile_limit_soft_hard": server.nofile_limit(),
     }

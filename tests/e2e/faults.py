@@ -123,7 +123,7 @@ def kill_during_gangs(cp: ControlPlane, ext: Extender, ns: str, *, kills: int, s
                 # Binds held for sure: the members repel each other (pod anti-affinity, which the
                 # extender does not evaluate) and have one node too few, so size-1 binds wait at the
                 # barrier; the missing node comes after the restart.
-                own = {"e2e-scenario": ns, "held": name}
+                own = {"faults-held": f"{ns}-{name}"}  # not the shared selector: other gangs stay off
                 cp.add_nodes(size - 1, cpu="8", labels=own, prefix=f"{ns}-{name}-n")
                 spec = pod_spec(cpu="1", selector=own, anti_affinity_label=name)
                 annotations = {ANNOTATION_GROUP: name, ANNOTATION_MIN: str(size)}

@@ -283,3 +283,17 @@ def test_wrong_types_the_fuzzer_found(post: Post, verb: str, spec: dict[str, Any
     body = {"Pod": {"metadata": {"name": "p", "namespace": "default"}, "spec": spec}, "NodeNames": ["node-1"]}
     status, data = send(post, verb, encode(body))
     assert status == 400 and orjson.loads(data) == {"error": message, "verb": verb}
+
+
+@FUZZ
+@given(namespace=st.text(min_size=1, max_size=40), name=st.text(min_size=1, max_size=40),
+       query=st.dictionaries(st.sampled_from(["podGroup", "replica", "x"]), st.text(max_size=20), max_size=3))
+def test_explain_with_hostile_path_and_query(app: Flask | None, namespace: str, name: str,
+                                             query: dict[str, str]) -> None:
+    """GET /explain/<namespace>/<name> (issue 5's read-only endpoint) answers 200/404 JSON whatever the names."""
+    if app is None:
+        pytest.skip("checked with the test client")
+    path = f"/explain/{urllib.parse.quote(namespace, safe='')}/{urllib.parse.quote(name, safe='')}"
+    reply = app.test_client().get(path, query_string=query)
+    assert reply.status_code in (200, 404), (path, reply.status_code, reply.get_data()[:300])
+    assert reply.content_type.startswith("application/json") and isinstance(reply.get_json(), dict)

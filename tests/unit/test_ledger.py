@@ -132,6 +132,9 @@ def test_released_with_errors_forgets_failed_members(w: World) -> None:
     assert [h.result for h in release.holds] == ["", "no"]
     assert w.events.of("GangBound") == [(("a-0",), "Normal", "GangBound",
                                          "gang default/a: 1 member(s) bound together at quorum")]
+    assert w.events.of("GangBindFailed") == [(("a-1",), "Warning", "GangBindFailed",
+                                              "gang default/a: no; members already bound stay bound (a Binding "
+                                              "cannot be undone) and kube-scheduler retries this one")]
 
 
 def test_members_past_quorum_and_during_release_bind_now(w: World) -> None:

@@ -96,6 +96,9 @@ def test_to_units(name: str, text: object, expected: int) -> None:
         ("1e999999999", "invalid quantity '1e999999999'"),  # decimal overflow, not a crash
         ("1e999999", "invalid quantity '1e999999': out of range"),  # would take seconds to make an int
         ("1e30", "invalid quantity '1e30': out of range"),
+        (1e30, "invalid quantity 1e+30: out of range"),  # numbers too (found by schemathesis)
+        (-1.7976931348623157e308, "invalid quantity -1.7976931348623157e+308: out of range"),
+        (10**30, f"invalid quantity {10**30}: out of range"),
         ("-1e30", "invalid quantity '-1e30': out of range"),
         (None, "invalid quantity None"),
         (True, "invalid quantity True"),
