@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from controlplane import ControlPlane, free_ports, tail, wait_for
 ROOT = Path(__file__).resolve().parents[2]
 PAUSE = "registry.k8s.io/pause:3.10"
 GANG_EXTENDER = str(Path(sys.executable).with_name("gang-extender"))
+E2E_GANG_TIMEOUT = 12  # above kube-scheduler's 10 s maximum pod back-off, as docs/deploy.md advises
 
 
 def scheduler_config(url: str, *, http_timeout: str = "30s") -> dict[str, Any]:
@@ -208,6 +209,29 @@ class Sampler:
             else:
                 run_start = None
         return bad
+
+
+@contextlib.contextmanager
+def scheduling_with_extender(cp: ControlPlane, workdir: Path, *extra_args: str) -> Iterator[Extender]:
+    """gang-extender (short gang timeout and back-off, recording on) and a kube-scheduler that calls it
+    with the shipped configuration; both stopped afterwards."""
+    ext = Extender(cp.kubeconfig, workdir, log=print,
+                   args=["--gang-timeout-seconds", str(E2E_GANG_TIMEOUT), "--gang-backoff-seconds", "2",
+                         "--log-level", "INFO", *extra_args])
+    ext.start()
+    cp.start_scheduler(scheduler_config(ext.url))
+    try:
+        yield ext
+    finally:
+        cp.stop_scheduler()
+        ext.stop()
+        print(f"[e2e] extender log: {ext.log_path}")
+
+
+def check_invariants(cp: ControlPlane, ext: Extender) -> None:
+    """No node over-committed, and no bind outside the extender's last filter reply for the pod."""
+    assert overcommitted_nodes(cp) == []
+    assert binds_outside_filter_replies(ext.record_path) == []
 
 
 def binds_outside_filter_replies(record_path: Path) -> list[str]:

@@ -17,20 +17,18 @@ from support import (
     ROOT,
     Extender,
     Sampler,
-    binds_outside_filter_replies,
     bound,
+    check_invariants,
     create,
     events,
-    overcommitted_nodes,
     pod,
     pod_spec,
-    scheduler_config,
+    scheduling_with_extender,
     workload,
 )
 
 pytestmark = pytest.mark.e2e
 
-GANG_TIMEOUT = 12  # above kube-scheduler's 10 s maximum pod back-off, as docs/deploy.md advises
 WAIT = 60.0  # generous bound for the scheduler's own back-off (1-10 s) to retry
 
 
@@ -40,25 +38,15 @@ def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
     cp.kubectl("apply", "-f", str(ROOT / "manifests" / "crds" / "scheduling.x-k8s.io_podgroups.yaml"))
     wait_for(lambda: "podgroups" in cp.kubectl("api-resources", "--api-group=scheduling.x-k8s.io").stdout,
              timeout=30, what="the PodGroup CRD to be served")
-    ext = Extender(cp.kubeconfig, tmp_path_factory.mktemp("extender"), log=print,
-                   args=["--gang-timeout-seconds", str(GANG_TIMEOUT), "--gang-backoff-seconds", "2",
-                         "--log-level", "INFO"])
-    ext.start()
-    cp.start_scheduler(scheduler_config(ext.url))
-    try:
+    with scheduling_with_extender(cp, tmp_path_factory.mktemp("extender")) as ext:
         yield {"cp": cp, "ext": ext}
-    finally:
-        cp.stop_scheduler()
-        ext.stop()
-        print(f"[e2e] extender log: {ext.log_path}")
 
 
 @pytest.fixture(autouse=True)
 def invariants(cluster: dict[str, Any]) -> Iterator[None]:
     """After every scenario: no node over-committed, no bind outside the extender's filter reply."""
     yield
-    assert overcommitted_nodes(cluster["cp"]) == []
-    assert binds_outside_filter_replies(cluster["ext"].record_path) == []
+    check_invariants(cluster["cp"], cluster["ext"])
 
 
 def _scenario(cp: ControlPlane, name: str, nodes: int, cpu: str = "4") -> tuple[str, dict[str, str], set[str]]:

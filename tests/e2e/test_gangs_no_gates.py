@@ -18,14 +18,13 @@ from support import (
     ROOT,
     Extender,
     Sampler,
-    binds_outside_filter_replies,
     bound,
+    check_invariants,
     create,
     events,
-    overcommitted_nodes,
     pod,
     pod_spec,
-    scheduler_config,
+    scheduling_with_extender,
 )
 
 pytestmark = pytest.mark.e2e
@@ -47,24 +46,15 @@ def readyz(ext: Extender) -> dict[str, Any]:
 def cluster(control_plane_no_gates: ControlPlane, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[dict[str, Any]]:
     cp = control_plane_no_gates
-    ext = Extender(cp.kubeconfig, tmp_path_factory.mktemp("extender-no-gates"), log=print,
-                   args=["--gang-timeout-seconds", "12", "--gang-backoff-seconds", "2",
-                         "--discovery-interval-seconds", "1", "--log-level", "INFO"])
-    ext.start()
-    cp.start_scheduler(scheduler_config(ext.url))
-    try:
+    with scheduling_with_extender(cp, tmp_path_factory.mktemp("extender-no-gates"),
+                                  "--discovery-interval-seconds", "1") as ext:
         yield {"cp": cp, "ext": ext}
-    finally:
-        cp.stop_scheduler()
-        ext.stop()
-        print(f"[e2e] extender log: {ext.log_path}")
 
 
 @pytest.fixture(autouse=True)
 def invariants(cluster: dict[str, Any]) -> Iterator[None]:
     yield
-    assert overcommitted_nodes(cluster["cp"]) == []
-    assert binds_outside_filter_replies(cluster["ext"].record_path) == []
+    check_invariants(cluster["cp"], cluster["ext"])
 
 
 def scenario(cp: ControlPlane, name: str, nodes: int = 2) -> tuple[str, dict[str, str], set[str]]:

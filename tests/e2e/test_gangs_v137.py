@@ -19,14 +19,13 @@ from support import (
     GANG_EXTENDER,
     Extender,
     Sampler,
-    binds_outside_filter_replies,
     bound,
+    check_invariants,
     create,
     events,
-    overcommitted_nodes,
     pod,
     pod_spec,
-    scheduler_config,
+    scheduling_with_extender,
 )
 
 pytestmark = pytest.mark.e2e
@@ -40,23 +39,14 @@ def cluster(control_plane_137: ControlPlane, tmp_path_factory: pytest.TempPathFa
     cp = control_plane_137
     resources = cp.kubectl("api-resources", "--api-group=scheduling.k8s.io").stdout
     assert "podgroups" in resources and API in resources, resources
-    ext = Extender(cp.kubeconfig, tmp_path_factory.mktemp("extender-137"), log=print,
-                   args=["--gang-timeout-seconds", "12", "--gang-backoff-seconds", "2", "--log-level", "INFO"])
-    ext.start()
-    cp.start_scheduler(scheduler_config(ext.url))
-    try:
+    with scheduling_with_extender(cp, tmp_path_factory.mktemp("extender-137")) as ext:
         yield {"cp": cp, "ext": ext}
-    finally:
-        cp.stop_scheduler()
-        ext.stop()
-        print(f"[e2e] extender log: {ext.log_path}")
 
 
 @pytest.fixture(autouse=True)
 def invariants(cluster: dict[str, Any]) -> Iterator[None]:
     yield
-    assert overcommitted_nodes(cluster["cp"]) == []
-    assert binds_outside_filter_replies(cluster["ext"].record_path) == []
+    check_invariants(cluster["cp"], cluster["ext"])
 
 
 def podgroup(ns: str, name: str, min_count: int) -> dict[str, Any]:
