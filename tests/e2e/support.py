@@ -234,6 +234,31 @@ def check_invariants(cp: ControlPlane, ext: Extender) -> None:
     assert binds_outside_filter_replies(ext.record_path) == []
 
 
+WAIT = 60.0  # generous bound for kube-scheduler's own back-off (1-10 s) to retry a pod
+
+
+def scenario(cp: ControlPlane, name: str, nodes: int = 2, cpu: str = "4") -> tuple[str, dict[str, str], set[str]]:
+    """A namespace and its own labelled nodes (the scenario's pods select them): (namespace, labels, nodes)."""
+    cp.create_namespace(name)
+    labels = {"e2e-scenario": name}
+    return name, labels, set(cp.add_nodes(nodes, cpu=cpu, labels=labels, prefix=f"{name}-n"))
+
+
+def stays_unbound(cp: ControlPlane, ns: str, prefix: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert bound(cp, ns, prefix) == {}, "a member was bound before its gang reached quorum"
+        time.sleep(0.2)
+
+
+def all_bound(cp: ControlPlane, ns: str, prefix: str, count: int, nodes: set[str]) -> dict[str, str]:
+    """Wait until ``count`` pods ``prefix*`` are bound, all to ``nodes``; their placements."""
+    wait_for(lambda: len(bound(cp, ns, prefix)) == count, timeout=WAIT, what=f"{count} pods {prefix}* bound")
+    placed = bound(cp, ns, prefix)
+    assert set(placed.values()) <= nodes, placed
+    return placed
+
+
 def binds_outside_filter_replies(record_path: Path) -> list[str]:
     """Successful binds whose node was not feasible in the extender's last filter reply for that pod.
 

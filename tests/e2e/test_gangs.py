@@ -6,7 +6,6 @@ bindings every 100 ms to catch a partial gang, and afterwards no node may be ove
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,21 +14,24 @@ import pytest
 from controlplane import ControlPlane, wait_for
 from support import (
     ROOT,
+    WAIT,
     Extender,
     Sampler,
+    all_bound,
     bound,
     check_invariants,
     create,
     events,
     pod,
     pod_spec,
+    scenario,
     scheduling_with_extender,
+    stays_unbound,
     workload,
 )
 
 pytestmark = pytest.mark.e2e
 
-WAIT = 60.0  # generous bound for the scheduler's own back-off (1-10 s) to retry
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +51,6 @@ def invariants(cluster: dict[str, Any]) -> Iterator[None]:
     check_invariants(cluster["cp"], cluster["ext"])
 
 
-def _scenario(cp: ControlPlane, name: str, nodes: int, cpu: str = "4") -> tuple[str, dict[str, str], set[str]]:
-    cp.create_namespace(name)
-    labels = {"e2e-scenario": name}
-    created = set(cp.add_nodes(nodes, cpu=cpu, labels=labels, prefix=f"{name}-n"))
-    return name, labels, created
-
-
 def _gang(ns: str, prefix: str, count: int, selector: dict[str, str], *, cpu: str = "1", workload_name: str = "w",
           group: str = "workers", replica: str | None = None, anti: str | None = None) -> list[dict[str, Any]]:
     ref = {"name": workload_name, "podGroup": group}
@@ -66,40 +61,26 @@ def _gang(ns: str, prefix: str, count: int, selector: dict[str, str], *, cpu: st
     return [pod(ns, f"{prefix}{i}", spec, labels) for i in range(count)]
 
 
-def _stays_unbound(cp: ControlPlane, ns: str, prefix: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert bound(cp, ns, prefix) == {}, "a member was bound before its gang reached quorum"
-        time.sleep(0.2)
-
-
-def _all_bound(cp: ControlPlane, ns: str, prefix: str, count: int, nodes: set[str]) -> dict[str, str]:
-    wait_for(lambda: len(bound(cp, ns, prefix)) == count, timeout=WAIT, what=f"{count} pods {prefix}* bound")
-    placed = bound(cp, ns, prefix)
-    assert set(placed.values()) <= nodes, placed
-    return placed
-
-
 def test_job_of_four_binds_whole(cluster: dict[str, Any]) -> None:
     cp: ControlPlane = cluster["cp"]
-    ns, labels, nodes = _scenario(cp, "s1-job", 2)
+    ns, labels, nodes = scenario(cp, "s1-job", 2)
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": ns},
            "spec": {"parallelism": 4, "completions": 4, "template": {
                "spec": pod_spec(cpu="1", selector=labels, workload_ref={"name": "train", "podGroup": "workers"})}}}
     with Sampler(cp, ns) as sampler:
         create(cp, workload(ns, "train", {"workers": 4}), job)
-        _all_bound(cp, ns, "train-", 4, nodes)
+        all_bound(cp, ns, "train-", 4, nodes)
     assert sampler.partial("train-", 4) == []
 
 
 def test_room_for_three_waits_then_binds_when_a_node_is_added(cluster: dict[str, Any]) -> None:
     cp: ControlPlane = cluster["cp"]
-    ns, labels, nodes = _scenario(cp, "s2-room", 3)
+    ns, labels, nodes = scenario(cp, "s2-room", 3)
     with Sampler(cp, ns) as sampler:
         create(cp, workload(ns, "w", {"workers": 4}), *_gang(ns, "m", 4, labels, cpu="3"))
-        _stays_unbound(cp, ns, "m", 8)
+        stays_unbound(cp, ns, "m", 8)
         nodes |= set(cp.add_nodes(1, cpu="4", labels=labels, prefix=f"{ns}-extra"))
-        _all_bound(cp, ns, "m", 4, nodes)
+        all_bound(cp, ns, "m", 4, nodes)
     assert sampler.partial("m", 4) == []
 
 
@@ -107,32 +88,32 @@ def test_unplaceable_member_times_out_releases_and_retries(cluster: dict[str, An
     """Admission cannot see pod anti-affinity, so 3 of 4 members get held; the gang must time out
     (no member bound), back off, and complete once a fourth node exists."""
     cp: ControlPlane = cluster["cp"]
-    ns, labels, nodes = _scenario(cp, "s2-timeout", 3)
+    ns, labels, nodes = scenario(cp, "s2-timeout", 3)
     with Sampler(cp, ns) as sampler:
         create(cp, workload(ns, "w", {"workers": 4}), *_gang(ns, "m", 4, labels, anti="s2t"))
         wait_for(lambda: events(cp, ns, "GangTimeout"), timeout=WAIT, what="a GangTimeout event")
         assert bound(cp, ns, "m") == {}
         nodes |= set(cp.add_nodes(1, cpu="4", labels=labels, prefix=f"{ns}-extra"))
-        placed = _all_bound(cp, ns, "m", 4, nodes)
+        placed = all_bound(cp, ns, "m", 4, nodes)
     assert len(set(placed.values())) == 4  # anti-affinity honoured by the scheduler
     assert sampler.partial("m", 4) == []
 
 
 def test_three_of_four_pods_wait_for_the_fourth(cluster: dict[str, Any]) -> None:
     cp: ControlPlane = cluster["cp"]
-    ns, labels, nodes = _scenario(cp, "s3-quorum", 2)
+    ns, labels, nodes = scenario(cp, "s3-quorum", 2)
     members = _gang(ns, "m", 4, labels)
     with Sampler(cp, ns) as sampler:
         create(cp, workload(ns, "w", {"workers": 4}), *members[:3])
-        _stays_unbound(cp, ns, "m", 5)
+        stays_unbound(cp, ns, "m", 5)
         create(cp, members[3])
-        _all_bound(cp, ns, "m", 4, nodes)
+        all_bound(cp, ns, "m", 4, nodes)
     assert sampler.partial("m", 4) == []
 
 
 def test_competing_gangs_never_split_the_cluster(cluster: dict[str, Any]) -> None:
     cp: ControlPlane = cluster["cp"]
-    ns, labels, nodes = _scenario(cp, "s4-compete", 4)
+    ns, labels, nodes = scenario(cp, "s4-compete", 4)
     a = _gang(ns, "a", 4, labels, cpu="3", workload_name="wa")
     b = _gang(ns, "b", 4, labels, cpu="3", workload_name="wb")
     interleaved = [p for pair in zip(a, b, strict=True) for p in pair]
@@ -141,40 +122,40 @@ def test_competing_gangs_never_split_the_cluster(cluster: dict[str, Any]) -> Non
         wait_for(lambda: len(bound(cp, ns, "a")) == 4 or len(bound(cp, ns, "b")) == 4, timeout=WAIT,
                  what="one gang to complete")
         winner, loser = ("a", "b") if len(bound(cp, ns, "a")) == 4 else ("b", "a")
-        _stays_unbound(cp, ns, loser, 5)
+        stays_unbound(cp, ns, loser, 5)
         cp.kubectl("delete", "pods", "-n", ns, *[f"{winner}{i}" for i in range(4)], "--wait=false")
-        _all_bound(cp, ns, loser, 4, nodes)
+        all_bound(cp, ns, loser, 4, nodes)
     assert sampler.partial("a", 4) == [] and sampler.partial("b", 4) == []
 
 
 def test_replica_keys_are_independent_gangs(cluster: dict[str, Any]) -> None:
     cp: ControlPlane = cluster["cp"]
-    ns, labels, nodes = _scenario(cp, "s5-replicas", 2)
+    ns, labels, nodes = scenario(cp, "s5-replicas", 2)
     r0 = _gang(ns, "r0-", 2, labels, replica="0")
     r1 = _gang(ns, "r1-", 2, labels, replica="1")
     with Sampler(cp, ns) as sampler:
         create(cp, workload(ns, "w", {"workers": 2}), *r0, r1[0])
-        _all_bound(cp, ns, "r0-", 2, nodes)
-        _stays_unbound(cp, ns, "r1-", 4)
+        all_bound(cp, ns, "r0-", 2, nodes)
+        stays_unbound(cp, ns, "r1-", 4)
         create(cp, r1[1])
-        _all_bound(cp, ns, "r1-", 2, nodes)
+        all_bound(cp, ns, "r1-", 2, nodes)
     assert sampler.partial("r0-", 2) == [] and sampler.partial("r1-", 2) == []
 
 
 def test_plain_pods_schedule_alongside_a_waiting_gang(cluster: dict[str, Any]) -> None:
     cp: ControlPlane = cluster["cp"]
-    ns, labels, nodes = _scenario(cp, "s6-plain", 2)
+    ns, labels, nodes = scenario(cp, "s6-plain", 2)
     plain = [pod(ns, f"plain{i}", pod_spec(cpu="500m", selector=labels)) for i in range(3)]
     create(cp, workload(ns, "w", {"workers": 4}), *_gang(ns, "m", 3, labels))
     create(cp, *plain)
-    _all_bound(cp, ns, "plain", 3, nodes)
+    all_bound(cp, ns, "plain", 3, nodes)
     assert bound(cp, ns, "m") == {}
 
 
 def test_extender_killed_while_holding_binds(cluster: dict[str, Any]) -> None:
     cp: ControlPlane = cluster["cp"]
     ext: Extender = cluster["ext"]
-    ns, labels, nodes = _scenario(cp, "s7-crash", 3)
+    ns, labels, nodes = scenario(cp, "s7-crash", 3)
     with Sampler(cp, ns) as sampler:
         create(cp, workload(ns, "w", {"workers": 4}), *_gang(ns, "m", 4, labels, anti="s7"))
         wait_for(lambda: ext.metrics().get("gang_extender_held_binds", 0) >= 1, timeout=WAIT,
@@ -182,20 +163,20 @@ def test_extender_killed_while_holding_binds(cluster: dict[str, Any]) -> None:
         ext.kill()
         assert bound(cp, ns, "m") == {}
         ext.start()
-        _stays_unbound(cp, ns, "m", 2)
+        stays_unbound(cp, ns, "m", 2)
         nodes |= set(cp.add_nodes(1, cpu="4", labels=labels, prefix=f"{ns}-extra"))
-        _all_bound(cp, ns, "m", 4, nodes)
+        all_bound(cp, ns, "m", 4, nodes)
     assert sampler.partial("m", 4) == []
 
 
 def test_identical_members_hit_the_signature_cache(cluster: dict[str, Any]) -> None:
     cp: ControlPlane = cluster["cp"]
     ext: Extender = cluster["ext"]
-    ns, labels, nodes = _scenario(cp, "s8-cache", 8)
+    ns, labels, nodes = scenario(cp, "s8-cache", 8)
     hits_before = ext.metrics().get("gang_extender_filter_cache_hits_total", 0)
     with Sampler(cp, ns) as sampler:
         create(cp, workload(ns, "w", {"workers": 32}), *_gang(ns, "m", 32, labels, cpu="1"))
-        _all_bound(cp, ns, "m", 32, nodes)
+        all_bound(cp, ns, "m", 32, nodes)
     hits = ext.metrics().get("gang_extender_filter_cache_hits_total", 0) - hits_before
     assert hits >= 16, f"only {hits} filter cache hits for 32 identical members"
     assert sampler.partial("m", 32) == []
@@ -203,7 +184,7 @@ def test_identical_members_hit_the_signature_cache(cluster: dict[str, Any]) -> N
 
 def test_gang_larger_than_the_cluster_fails_fast(cluster: dict[str, Any]) -> None:
     cp: ControlPlane = cluster["cp"]
-    ns, labels, _ = _scenario(cp, "s9-toobig", 2)
+    ns, labels, _ = scenario(cp, "s9-toobig", 2)
     create(cp, workload(ns, "w", {"workers": 4}), *_gang(ns, "m", 4, labels, cpu="3"))
     wait_for(lambda: events(cp, ns, "GangNeverFits"), timeout=WAIT, what="a GangNeverFits event")
     message = events(cp, ns, "GangNeverFits")[0]["message"]
@@ -214,28 +195,28 @@ def test_gang_larger_than_the_cluster_fails_fast(cluster: dict[str, Any]) -> Non
 
 def test_scheduler_plugins_podgroup(cluster: dict[str, Any]) -> None:
     cp: ControlPlane = cluster["cp"]
-    ns, labels, nodes = _scenario(cp, "s10-podgroup", 2)
+    ns, labels, nodes = scenario(cp, "s10-podgroup", 2)
     group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
              "metadata": {"name": "pg", "namespace": ns}, "spec": {"minMember": 3}}
     members = [pod(ns, f"pg{i}", pod_spec(cpu="1", selector=labels), {"scheduling.x-k8s.io/pod-group": "pg"})
                for i in range(3)]
     with Sampler(cp, ns) as sampler:
         create(cp, group, *members[:2])
-        _stays_unbound(cp, ns, "pg", 4)
+        stays_unbound(cp, ns, "pg", 4)
         create(cp, members[2])
-        _all_bound(cp, ns, "pg", 3, nodes)
+        all_bound(cp, ns, "pg", 3, nodes)
     assert sampler.partial("pg", 3) == []
 
 
 def test_annotation_gang(cluster: dict[str, Any]) -> None:
     cp: ControlPlane = cluster["cp"]
-    ns, labels, nodes = _scenario(cp, "s11-annotation", 2)
+    ns, labels, nodes = scenario(cp, "s11-annotation", 2)
     annotations = {"gang-extender.io/group": "g", "gang-extender.io/min-count": "2"}
     members = [pod(ns, f"an{i}", pod_spec(cpu="1", selector=labels), annotations=annotations) for i in range(2)]
     create(cp, members[0])
-    _stays_unbound(cp, ns, "an", 4)
+    stays_unbound(cp, ns, "an", 4)
     create(cp, members[1])
-    _all_bound(cp, ns, "an", 2, nodes)
+    all_bound(cp, ns, "an", 2, nodes)
 
 
 def test_shipped_manifest_paths_exist() -> None:

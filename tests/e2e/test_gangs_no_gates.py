@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -18,20 +17,21 @@ from support import (
     ROOT,
     Extender,
     Sampler,
-    bound,
+    all_bound,
     check_invariants,
     create,
     events,
     pod,
     pod_spec,
+    scenario,
     scheduling_with_extender,
+    stays_unbound,
 )
 
 pytestmark = pytest.mark.e2e
 
 CRD = ROOT / "manifests" / "crds" / "scheduling.x-k8s.io_podgroups.yaml"
 CRD_WATCH = "podgroups.scheduling.x-k8s.io"
-WAIT = 60.0
 
 
 def readyz(ext: Extender) -> dict[str, Any]:
@@ -55,24 +55,6 @@ def cluster(control_plane_no_gates: ControlPlane, tmp_path_factory: pytest.TempP
 def invariants(cluster: dict[str, Any]) -> Iterator[None]:
     yield
     check_invariants(cluster["cp"], cluster["ext"])
-
-
-def scenario(cp: ControlPlane, name: str, nodes: int = 2) -> tuple[str, dict[str, str], set[str]]:
-    cp.create_namespace(name)
-    labels = {"e2e-scenario": name}
-    return name, labels, set(cp.add_nodes(nodes, cpu="4", labels=labels, prefix=f"{name}-n"))
-
-
-def stays_unbound(cp: ControlPlane, ns: str, prefix: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert bound(cp, ns, prefix) == {}, "a member was bound before its gang reached quorum"
-        time.sleep(0.2)
-
-
-def all_bound(cp: ControlPlane, ns: str, prefix: str, count: int, nodes: set[str]) -> None:
-    wait_for(lambda: len(bound(cp, ns, prefix)) == count, timeout=WAIT, what=f"{count} pods {prefix}* bound")
-    assert set(bound(cp, ns, prefix).values()) <= nodes
 
 
 def test_no_gate_and_no_workload_api(cluster: dict[str, Any]) -> None:

@@ -19,19 +19,20 @@ from support import (
     GANG_EXTENDER,
     Extender,
     Sampler,
-    bound,
+    all_bound,
     check_invariants,
     create,
     events,
     pod,
     pod_spec,
+    scenario,
     scheduling_with_extender,
+    stays_unbound,
 )
 
 pytestmark = pytest.mark.e2e
 
 API = "scheduling.k8s.io/v1beta1"
-WAIT = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -60,28 +61,10 @@ def members(ns: str, group: str, count: int, selector: dict[str, str], start: in
     return [pod(ns, f"{group}-{i}", spec) for i in range(start, start + count)]
 
 
-def scenario(cp: ControlPlane, name: str, nodes: int = 2) -> tuple[str, dict[str, str], set[str]]:
-    cp.create_namespace(name)
-    labels = {"e2e-scenario": name}
-    return name, labels, set(cp.add_nodes(nodes, cpu="4", labels=labels, prefix=f"{name}-n"))
-
-
 def condition(cp: ControlPlane, ns: str, name: str) -> dict[str, Any] | None:
     obj = cp.request("GET", f"/apis/{API}/namespaces/{ns}/podgroups/{name}")
     found = [c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "PodGroupInitiallyScheduled"]
     return found[0] if found else None
-
-
-def stays_unbound(cp: ControlPlane, ns: str, prefix: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert bound(cp, ns, prefix) == {}, "a member was bound before its gang reached quorum"
-        time.sleep(0.2)
-
-
-def all_bound(cp: ControlPlane, ns: str, prefix: str, count: int, nodes: set[str]) -> None:
-    wait_for(lambda: len(bound(cp, ns, prefix)) == count, timeout=WAIT, what=f"{count} pods {prefix}* bound")
-    assert set(bound(cp, ns, prefix).values()) <= nodes
 
 
 def test_podgroup_of_four_with_room_binds_whole(cluster: dict[str, Any]) -> None:
