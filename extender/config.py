@@ -42,6 +42,7 @@ class Settings:
     log_level: str = "INFO"
     record_file: str | None = None         # append every request and reply as JSONL (off by default)
     record_max_bytes: int = 256 * 2**20    # recording stops when the file reaches this size
+    release_journal: str | None = None     # write releases down first; finish interrupted ones on restart
     discovery_interval_seconds: float = 30.0  # how often served group APIs are re-discovered
     group_status: str = "on"               # write PodGroup status (condition / phase): on or off
     tls_cert_file: str | None = None       # serve HTTPS with this certificate (PEM, chain after the leaf)
@@ -73,6 +74,10 @@ _HELP = {
     "record_file": "append every request and reply (verb, arrival, status, latency, bodies) to this JSONL file, "
                    "for replay load tests; off by default",
     "record_max_bytes": "stop recording when the file reaches this size",
+    "release_journal": "file where each gang release (members and nodes) is written before its first Binding; "
+                       "on restart the extender binds the rest of a release a crash interrupted before it "
+                       "answers requests (keep it on a volume that survives container restarts, e.g. an "
+                       "emptyDir); off by default",
     "tls_cert_file": "serve HTTPS with this certificate (PEM; intermediates after the leaf); needs --tls-key-file",
     "tls_key_file": "private key of --tls-cert-file (PEM, unencrypted)",
     "tls_client_ca_file": "accept only clients whose certificate this CA bundle signed (kube-scheduler's client "
@@ -153,10 +158,11 @@ def validate(settings: Settings) -> list[str]:
         problems.append(f"discovery-interval-seconds must be 1..3600, got {settings.discovery_interval_seconds}")
     if settings.group_status not in ("on", "off"):
         problems.append(f"group-status must be on or off, got {settings.group_status!r}")
-    if settings.record_file is not None:
-        parent = os.path.dirname(os.path.abspath(settings.record_file))
-        if not os.path.isdir(parent):
-            problems.append(f"record-file: directory {parent!r} does not exist")
+    for name in ("record_file", "release_journal"):
+        path = getattr(settings, name)
+        parent = os.path.dirname(os.path.abspath(path)) if path is not None else ""
+        if path is not None and not os.path.isdir(parent):
+            problems.append(f"{name.replace('_', '-')}: directory {parent!r} does not exist")
     if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
         given, missing = ("tls-cert-file", "tls-key-file") if settings.tls_key_file is None else (
             "tls-key-file", "tls-cert-file")

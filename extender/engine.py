@@ -58,14 +58,24 @@ class Binder(Protocol):
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
 
 
+class ReleaseLog(Protocol):
+    """Where the engine writes a release down before its first Binding (the release journal)."""
+
+    def opened(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> int: ...
+
+    def closed(self, release_id: int) -> None: ...
+
+
 class Engine:
     def __init__(self, mirror: ClusterMirror, cache: FilterCache, ledger: GangLedger, binder: Binder,
-                 *, bind_parallelism: int = 8, clock: Callable[[], float] = time.monotonic) -> None:
+                 *, bind_parallelism: int = 8, clock: Callable[[], float] = time.monotonic,
+                 release_log: ReleaseLog | None = None) -> None:
         self.mirror = mirror
         self.cache = cache
         self.ledger = ledger
         self.binder = binder
         self.clock = clock
+        self.release_log = release_log
         self._bind_pool = ThreadPoolExecutor(max_workers=max(1, bind_parallelism),
                                              thread_name_prefix="gang-bind")
         ledger.on_release = self._release_in_background
@@ -279,8 +289,42 @@ class Engine:
         return ""
 
     def _release(self, gang: GangKey, holds: Sequence[Hold]) -> None:
+        """Bind a released quorum: written down first, so a crash halfway is finished on restart."""
+        release_id = 0
+        if self.release_log is not None:
+            release_id = self.release_log.opened(
+                str(gang), [(h.pod.namespace, h.pod.name, h.pod.uid, h.node) for h in holds])
         errors = list(self._bind_pool.map(lambda h: self._bind_one(h.pod, h.node), holds))
         self.ledger.released(gang, list(zip(holds, errors, strict=True)))
+        if self.release_log is not None:
+            self.release_log.closed(release_id)
+
+    def resume_release(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> dict[str, str]:
+        """Finish a release a crash interrupted: bind each listed member (namespace, name, uid, node)
+        that is still pending, is the same pod (uid) and still has room on its node. Returns
+        ``namespace/name`` -> "" (bound now) or why it was not bound."""
+        outcomes: dict[str, str] = {}
+        todo: list[tuple[PodRecord, str]] = []
+        for namespace, name, uid, node in pods:
+            key = f"{namespace}/{name}"
+            pod = self.mirror.pod_by_uid(uid)
+            if pod is None:
+                outcomes[key] = "gone (deleted or re-created)"
+            elif pod.node_name == node:
+                outcomes[key] = "already bound"
+            else:
+                error = self.ledger.resume(pod, node)
+                if error:
+                    outcomes[key] = error
+                else:
+                    todo.append((pod, node))
+        errors = list(self._bind_pool.map(lambda item: self._bind_one(*item), todo))
+        for (pod, _), error in zip(todo, errors, strict=True):
+            self.ledger.bound(pod, error)
+            outcomes[f"{pod.namespace}/{pod.name}"] = error
+        bound = [pod for (pod, _), error in zip(todo, errors, strict=True) if not error]
+        self.ledger.resumed(gang, bound)
+        return outcomes
 
     def _release_in_background(self, gang: GangKey, holds: list[Hold]) -> None:
         """Bind a quorum the ledger found complete outside any bind request (its minCount was lowered)."""

@@ -116,7 +116,8 @@ class GangLedger:
         self._verdicts: dict[GangKey, str] = {}  # last waiting message of gangs the ledger has no state for
         self._blocked: dict[str, PodRecord] = {}  # pods rejected until capacity frees up
         self._rejected: dict[GangKey, set[str]] = {}  # members a gang rule rejected: woken at admission
-        self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0}
+        self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0,
+                         "releases_resumed": 0}
 
     # ------------------------------------------------------------------------------------ queries
     def state(self, gang: GangKey) -> GangState | None:
@@ -278,15 +279,9 @@ class GangLedger:
             if existing is not None and pod.uid in existing.holds:
                 return BindDecision(BindAction.REJECT, error=f"pod {pod.namespace}/{pod.name} is already "
                                     "waiting at its gang barrier")
-            if node not in self.mirror.nodes:
-                return BindDecision(BindAction.REJECT, error=f"node {node} is not known to the extender")
-            free = self.mirror.free(node, pod.gang if policy else None)
-            lacking = shortfall(pod.requests, free)
-            if lacking is not None:
-                return BindDecision(BindAction.REJECT, error=(
-                    f"node {node} no longer has room for pod {pod.namespace}/{pod.name}: insufficient "
-                    f"{lacking} (needs {describe({lacking: pod.requests[lacking]})}, "
-                    f"free {describe({lacking: free.get(lacking, 0)})})"))
+            error = self._room_error(pod, node, pod.gang if policy else None)
+            if error:
+                return BindDecision(BindAction.REJECT, error=error)
             if policy is None or pod.gang is None:
                 self.mirror.assume(pod.uid, node)
                 return BindDecision(BindAction.NOW)
@@ -312,6 +307,41 @@ class GangLedger:
             state.last_message = (f"holding {len(waiting)} bind(s); {len(placed) + len(waiting)}/"
                                   f"{policy.min_count} members placed")
             return BindDecision(BindAction.WAIT, hold=hold)
+
+    def _room_error(self, pod: PodRecord, node: str, gang: GangKey | None) -> str:
+        """Why ``pod`` cannot go to ``node`` now (unknown node, not enough free room); "" if it can."""
+        if node not in self.mirror.nodes:
+            return f"node {node} is not known to the extender"
+        free = self.mirror.free(node, gang)
+        lacking = shortfall(pod.requests, free)
+        if lacking is None:
+            return ""
+        return (f"node {node} no longer has room for pod {pod.namespace}/{pod.name}: insufficient "
+                f"{lacking} (needs {describe({lacking: pod.requests[lacking]})}, "
+                f"free {describe({lacking: free.get(lacking, 0)})})")
+
+    def resume(self, pod: PodRecord, node: str) -> str:
+        """A member of a release that a crash interrupted (the release journal names the node
+        kube-scheduler chose): "" when it may be bound there now (recorded as assumed, like an immediate
+        bind; report the outcome with ``bound``), else why not."""
+        with self.lock:
+            if pod.node_name:
+                return f"pod {pod.namespace}/{pod.name} is already bound to {pod.node_name}"
+            error = self._room_error(pod, node, pod.gang)
+            if not error:
+                self.mirror.assume(pod.uid, node)
+            return error
+
+    def resumed(self, gang: str, bound: list[PodRecord]) -> None:
+        """Members of an interrupted release were bound after a restart: count it and tell them."""
+        if not bound:
+            return
+        with self.lock:
+            self.counters["releases_resumed"] += 1
+        log.info("gang %s: release interrupted by a restart finished: %d member(s) bound", gang, len(bound))
+        self.on_event(bound, "Normal", "GangReleaseResumed",
+                      f"gang {gang}: gang-extender restarted while binding this gang's quorum; it bound "
+                      f"the remaining {len(bound)} member(s) to the nodes kube-scheduler had chosen")
 
     def bound(self, pod: PodRecord, error: str) -> None:
         """Outcome of an immediate bind."""

@@ -24,6 +24,7 @@ from extender.config import Settings
 from extender.engine import Binder, BindError, Engine
 from extender.events import EventRecorder, PodWaker, log_sink
 from extender.groups import GROUP_APIS, GroupApi, status_apply
+from extender.journal import ReleaseJournal
 from extender.kube import KubeClient, KubeError
 from extender.ledger import GangLedger
 from extender.model import GangKey, GangStatus, GroupKind, GroupRef, PodRecord
@@ -123,6 +124,8 @@ class Runtime:
     stop_event: threading.Event = field(default_factory=threading.Event)
     discovery_error: str = ""
     discovered: bool = False  # the first discovery round succeeded and started every watch
+    journal: ReleaseJournal | None = None
+    resumed: bool = False  # releases a crash interrupted are finished (True at once without a journal)
     _starter: Callable[[], None] | None = None
     _synced_once: bool = False
 
@@ -156,7 +159,8 @@ class Runtime:
         if self.mode == "snapshot" or self._synced_once:
             return True
         reflectors = self.reflectors
-        self._synced_once = self.discovered and bool(reflectors) and all(r.synced.is_set() for r in reflectors)
+        self._synced_once = (self.discovered and self.resumed and bool(reflectors)
+                             and all(r.synced.is_set() for r in reflectors))
         return self._synced_once
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
@@ -166,16 +170,36 @@ class Runtime:
             return True, {"mode": "snapshot"}
         watches = {r.name: {"synced": r.synced.is_set(), "healthy": r.healthy, "error": r.last_error}
                    for r in self.reflectors}
-        ready = self.discovered and bool(watches) and all(w["synced"] and w["healthy"] for w in watches.values())
+        ready = (self.discovered and self.resumed and bool(watches)
+                 and all(w["synced"] and w["healthy"] for w in watches.values()))
         detail: dict[str, Any] = {"mode": "api", "watches": watches}
+        if not self.resumed:
+            detail["releaseJournal"] = "finishing releases a crash interrupted"
         if self.group_watches is not None:
             detail["groupApis"] = self.group_watches.versions()
         if self.discovery_error:
             detail["discovery_error"] = self.discovery_error
         return ready, detail
 
+    def resume_releases(self) -> None:
+        """Once nodes and pods are listed, bind what the releases a crash interrupted left unbound
+        (the release journal), then let requests in (``synced``)."""
+        if self.journal is not None:
+            for reflector in self.core_reflectors:
+                while not reflector.synced.wait(0.5):
+                    if self.stop_event.is_set():
+                        return
+            for release in self.journal.unfinished:
+                outcomes = self.engine.resume_release(release.gang, release.pods)
+                log.info("release %d of gang %s, interrupted by a restart: %s", release.id, release.gang,
+                         "; ".join(f"{pod}: {outcome or 'bound now'}" for pod, outcome in outcomes.items()))
+                self.journal.closed(release.id)
+        self.resumed = True
+
     def close(self) -> None:
         self.stop_event.set()
+        if self.journal is not None:
+            self.journal.close()
         self.engine.close()
         self.events.close()
         self.waker.close()
@@ -223,7 +247,8 @@ def held_bind_budget(threads: int) -> int:
 def _core(settings: Settings, binder_for: Callable[[ClusterMirror], Binder],
           sink: Callable[[dict[str, str], str, str, str], None],
           patch: Callable[[str, str, dict[str, str]], None],
-          apply_status: Callable[[dict[str, Any]], None] | None = None) -> tuple[
+          apply_status: Callable[[dict[str, Any]], None] | None = None,
+          journal: ReleaseJournal | None = None) -> tuple[
               ClusterMirror, FilterCache, GangLedger, Engine, EventRecorder, PodWaker, StatusWriter | None]:
     mirror = ClusterMirror()
     cache = FilterCache(settings.cache_size, settings.cache_ttl_seconds)
@@ -244,7 +269,8 @@ def _core(settings: Settings, binder_for: Callable[[ClusterMirror], Binder],
     ledger = GangLedger(mirror, timeout_seconds=settings.gang_timeout_seconds,
                         backoff_seconds=settings.gang_backoff_seconds, on_event=on_event, on_wake=waker.wake,
                         on_status=on_status, max_held_binds=held_bind_budget(settings.threads))
-    engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism)
+    engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
+                    release_log=journal)
     return mirror, cache, ledger, engine, events, waker, status
 
 
@@ -265,9 +291,13 @@ def from_api(settings: Settings) -> Runtime:
     def apply_status(body: dict[str, Any]) -> None:
         kube.apply_status(body, "podgroups")
 
+    journal = ReleaseJournal(settings.release_journal) if settings.release_journal else None
+    if journal is not None and journal.unfinished:
+        log.warning("release journal %s: %d release(s) were interrupted (a crash?); they are finished once "
+                    "nodes and pods are listed", settings.release_journal, len(journal.unfinished))
     mirror, cache, ledger, engine, events, waker, status = _core(
-        settings, lambda _m: KubeBinder(kube), kube.create_event, kube.annotate_pod, apply_status)
-    runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, "api", status)
+        settings, lambda _m: KubeBinder(kube), kube.create_event, kube.annotate_pod, apply_status, journal)
+    runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, "api", status, journal=journal)
 
     def reflector(name: str, path: str, replace: Callable[[Iterable[dict[str, Any]]], None],
                   apply: Callable[[str, dict[str, Any]], None],
@@ -347,6 +377,7 @@ def from_api(settings: Settings) -> Runtime:
         for r in runtime.core_reflectors:
             r.start()
         runtime.discovered = True
+        runtime.resume_releases()
         while not runtime.stop_event.wait(settings.discovery_interval_seconds):
             if not discover():
                 log.warning("API re-discovery failed (%s); keeping the current watches", runtime.discovery_error)

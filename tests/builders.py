@@ -15,7 +15,7 @@ from typing import Any
 
 from extender.cache import FilterCache
 from extender.cluster import ClusterMirror
-from extender.engine import BindError, Engine
+from extender.engine import BindError, Engine, ReleaseLog
 from extender.groups import ANNOTATION_TIMEOUT, COSCHEDULING_API, COSCHEDULING_LABEL, WORKLOAD_API
 from extender.ledger import GangLedger
 from extender.model import GroupKind, PodRecord
@@ -236,7 +236,8 @@ class Harness:
 
 def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0, cache_size: int = 4096,
                 cache_ttl: float = 300.0, clock: FakeClock | None = None, binder: FakeBinder | None = None,
-                bind_to_mirror: bool = False, bind_parallelism: int = 8) -> Harness:
+                bind_to_mirror: bool = False, bind_parallelism: int = 8,
+                release_log: ReleaseLog | None = None) -> Harness:
     """Mirror + FilterCache + GangLedger(fake clock, event log) + Engine(fake binder)."""
     clock = clock or FakeClock()
     mirror = ClusterMirror()
@@ -247,5 +248,6 @@ def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0,
     binder = binder or FakeBinder()
     if bind_to_mirror:
         binder.mirror = mirror
-    engine = Engine(mirror, cache, ledger, binder, bind_parallelism=bind_parallelism, clock=clock)
+    engine = Engine(mirror, cache, ledger, binder, bind_parallelism=bind_parallelism, clock=clock,
+                    release_log=release_log)
     return Harness(mirror, cache, ledger, engine, binder, clock, events)

@@ -187,11 +187,19 @@ def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
     (sidecar,) = pod["initContainers"]
     (scheduler,) = pod["containers"]
     static_pod = _docs(MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml")[0]["spec"]["containers"][0]
-    for container in (sidecar, static_pod):
+    static_volumes = _docs(MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml")[0]["spec"]["volumes"]
+    for container, volumes in ((sidecar, pod["volumes"]), (static_pod, static_volumes)):
         timeout = float(_flag(container["args"], "gang-timeout-seconds") or Settings().gang_timeout_seconds)
         assert timeout < http_timeout, container["name"]
         assert _flag(container["args"], "host") == "127.0.0.1"
         assert reference[0]["urlPrefix"] == f"http://127.0.0.1:{_flag(container['args'], 'port')}"
+        # The release journal must outlive the container (a crash restarts the container, not the pod):
+        # it sits on an emptyDir volume, the root filesystem being read-only.
+        journal = _flag(container["args"], "release-journal")
+        assert journal is not None, container["name"]
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        mount = next(path for path in mounts if journal.startswith(path.rstrip("/") + "/"))
+        assert "emptyDir" in next(v for v in volumes if v["name"] == mounts[mount]), container["name"]
     # The scheduler reads the generated ConfigMap where --config points.
     mount = next(m for m in scheduler["volumeMounts"] if m["name"] == "config")
     assert _flag(scheduler["command"], "config") == mount["mountPath"] + "/config.yaml"

@@ -34,7 +34,7 @@ def test_field_names() -> None:
     assert Settings.field_names() == ["host", "port", "kubeconfig", "cluster_snapshot", "gang_timeout_seconds",
                                       "gang_backoff_seconds", "cache_size", "cache_ttl_seconds", "max_body_bytes",
                                       "threads", "bind_parallelism", "log_level", "record_file", "record_max_bytes",
-                                      "discovery_interval_seconds", "group_status",  # issue 5
+                                      "release_journal", "discovery_interval_seconds", "group_status",  # issue 5
                                       "tls_cert_file", "tls_key_file", "tls_client_ca_file"]  # issue 6
 
 
@@ -42,6 +42,7 @@ def test_field_names() -> None:
     ({"discovery_interval_seconds": "0"}, "discovery-interval-seconds must be 1..3600, got 0.0"),
     ({"discovery_interval_seconds": "nan"}, "discovery-interval-seconds must be 1..3600, got nan"),
     ({"group_status": "yes"}, "group-status must be on or off, got 'yes'"),
+    ({"release_journal": "/no/such/dir/releases.jsonl"}, "release-journal: directory '/no/such/dir' does not exist"),
 ])
 def test_issue5_settings_are_validated(args: dict[str, str], problem: str) -> None:
     with pytest.raises(ConfigError) as caught:
