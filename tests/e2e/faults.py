@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from controlplane import ApiError, ControlPlane, wait_for
-from support import Extender, Sampler, bound, create, events, overcommitted_nodes, pod, pod_spec
+from support import Extender, Sampler, bound, create, events, overcommitted_nodes, pod, pod_spec, pods
 
 Log = Callable[[str], None]
 ANNOTATION_GROUP = "gang-extender.io/group"
@@ -85,16 +85,37 @@ def binding_figures(cp: ControlPlane, ns: str, sampler: Sampler, record_path: Pa
     }
 
 
-def partial_seconds(sampler: Sampler, gang: str, size: int) -> float:
-    """The longest time the gang was seen with some but not all members bound."""
-    longest, start = 0.0, None
+def partial_runs(sampler: Sampler, gang: str, size: int) -> list[tuple[float, float]]:
+    """(first, last) sample time of every run of samples in which the gang had some but not all members
+    bound."""
+    runs: list[tuple[float, float]] = []
+    start = last = None
     for at, sample in sampler.samples:
         count = sum(1 for p in sample if p.startswith(gang + "-"))
         if 0 < count < size:
             start = at if start is None else start
-            longest = max(longest, at - start)
-        else:
-            start = None
+            last = at
+        elif start is not None and last is not None:
+            runs.append((start, last))
+            start = last = None
+    if start is not None and last is not None:
+        runs.append((start, last))
+    return runs
+
+
+def partial_seconds(sampler: Sampler, gang: str, size: int) -> float:
+    """The longest time the gang was seen with some but not all members bound."""
+    return round(max((last - first for first, last in partial_runs(sampler, gang, size)), default=0.0), 1)
+
+
+def partial_while_up(runs: list[tuple[float, float]], outages: list[tuple[float, float]]) -> float:
+    """The longest time a gang stayed partial while the extender was up: a run that an outage
+    (killed, ready again) overlaps counts only from the moment the extender was ready again (nothing
+    can bind the rest of a release while it is down); any other run counts whole."""
+    longest = 0.0
+    for first, last in runs:
+        readies = [ready for killed, ready in outages if killed <= last and ready >= first]
+        longest = max(longest, last - max([first, *readies]))
     return round(longest, 1)
 
 
@@ -113,6 +134,7 @@ def kill_during_gangs(cp: ControlPlane, ext: Extender, ns: str, *, kills: int, s
     kills_with_held_binds = 0
     interrupted: set[str] = set()
     downtime: list[float] = []
+    outages: list[tuple[float, float]] = []  # (killed, ready again)
     started = time.monotonic()
     with Sampler(cp, ns) as sampler:
         for round_ in range(kills):
@@ -145,6 +167,7 @@ def kill_during_gangs(cp: ControlPlane, ext: Extender, ns: str, *, kills: int, s
                 time.sleep(max(0.0, kill_at - (time.monotonic() - t0)))
             with contextlib.suppress(OSError, ValueError):
                 kills_with_held_binds += ext.metrics().get("gang_extender_held_binds", 0) > 0
+            killed = time.monotonic()
             ext.kill()
             # Bindings in flight finish (or not) without the extender: a gang caught between 0 and all of
             # its members bound right after the kill was being released when the process died.
@@ -159,6 +182,7 @@ def kill_during_gangs(cp: ControlPlane, ext: Extender, ns: str, *, kills: int, s
             time.sleep(rng.uniform(0.0, 1.0))
             ext.start()
             downtime.append(time.monotonic() - down)
+            outages.append((killed, time.monotonic()))
             if held:
                 cp.add_nodes(1, cpu="8", labels=own, prefix=f"{ns}-{name}-x")
             log(f"[faults] kill {round_ + 1}/{kills}: gang {name} ({size}); {len(bound(cp, ns))} pods bound so far")
@@ -168,11 +192,78 @@ def kill_during_gangs(cp: ControlPlane, ext: Extender, ns: str, *, kills: int, s
         converged = time.monotonic()
         time.sleep(1.0)
     figures = binding_figures(cp, ns, sampler, ext.record_path, gangs)
+    # A gang caught mid-release is partial while the extender is down: Kubernetes binds one pod per call
+    # and no process can finish the release meanwhile. What must not happen is that it stays partial once
+    # the extender is back: with --release-journal the restarted extender binds the rest before it is
+    # ready. Partial gang = partial for longer than the sampler's grace (2 s) while the extender was up.
+    runs = {g: partial_runs(sampler, g, size) for g, size in gangs.items()}
+    while_up = {g: partial_while_up(r, outages) for g, r in runs.items() if r}
+    figures.update(partial_gangs=sorted(g for g, seconds in while_up.items() if seconds > 2.0),
+                   partial_seen=sorted(while_up),
+                   partial_seconds_while_up=while_up)
     figures.update(kills=kills, kills_with_held_binds=int(kills_with_held_binds),
                    gangs_caught_mid_release=sorted(interrupted),
-                   partial_seconds={g: partial_seconds(sampler, g, gangs[g]) for g in figures["partial_gangs"]},
+                   partial_seconds={g: partial_seconds(sampler, g, gangs[g]) for g in figures["partial_seen"]},
                    extender_starts=ext.starts,
                    max_restart_seconds=round(max(downtime), 2), seconds=round(converged - started, 1))
+    return figures
+
+
+# ------------------------------------------------------------------------- kill -9 inside releases
+def kill_mid_release(cp: ControlPlane, ext: Extender, ns: str, *, rounds: int, log: Log, size: int = 6
+                     ) -> dict[str, Any]:
+    """kill -9 aimed inside a release: one gang of ``size`` per round; the extender binds a released
+    quorum one Binding at a time (``--bind-parallelism 1``, a release then takes tens of milliseconds)
+    and is killed the moment a poll sees the gang's first member bound. A round whose gang is partly
+    bound right after the kill has cut a release. The extender restarts at once; figures: how long each
+    such gang stayed partial after the extender was ready again (with the release journal: it finished
+    the release before turning ready) and in total."""
+    cp.create_namespace(ns)
+    selector = {"e2e-scenario": ns}
+    cp.add_nodes(rounds * size // 8 + 2, cpu="8", labels=selector, prefix=f"{ns}-n")
+    normal_args = list(ext.args)
+    ext.stop()
+    ext.args = [*normal_args, "--bind-parallelism", "1"]
+    ext.start()
+    gangs: dict[str, int] = {}
+    cut: dict[str, int] = {}  # gang -> members bound right after the kill
+    whole_after_ready: dict[str, float] = {}
+    outages: list[tuple[float, float]] = []
+    try:
+        with Sampler(cp, ns) as sampler:
+            for round_ in range(rounds):
+                name = f"m{round_}"
+                gangs[name] = size
+                create(cp, *_gang_pods(ns, name, size, selector))
+                wait_for(lambda name=name: bool(bound(cp, ns, name + "-")), timeout=60, interval=0.005,
+                         what=f"first member of {name} bound")
+                killed = time.monotonic()
+                ext.kill()
+                placed = len(bound(cp, ns, name + "-"))
+                if placed < size:
+                    cut[name] = placed
+                ext.start()
+                ready = time.monotonic()
+                outages.append((killed, ready))
+                wait_for(lambda name=name: len(bound(cp, ns, name + "-")) == size, timeout=120, interval=0.05,
+                         what=f"gang {name} whole")
+                if name in cut:
+                    whole_after_ready[name] = round(max(time.monotonic() - ready, 0.0), 2)
+                log(f"[faults] mid-release kill {round_ + 1}/{rounds}: {name} had {placed}/{size} bound at the "
+                    f"kill; whole {whole_after_ready.get(name, 0.0)} s after the restart")
+            time.sleep(1.0)
+    finally:
+        ext.stop()
+        ext.args = normal_args
+        ext.start()
+    figures = binding_figures(cp, ns, sampler, ext.record_path, gangs)
+    runs = {g: partial_runs(sampler, g, n) for g, n in gangs.items()}
+    while_up = {g: partial_while_up(r, outages) for g, r in runs.items() if r}
+    figures.update(rounds=rounds, releases_cut=cut, whole_after_ready_seconds=whole_after_ready,
+                   partial_gangs=sorted(g for g, seconds in while_up.items() if seconds > 2.0),
+                   partial_seconds_while_up=while_up,
+                   partial_seconds={g: partial_seconds(sampler, g, gangs[g]) for g in cut},
+                   resumed_event_pods=len(events(cp, ns, "GangReleaseResumed")))
     return figures
 
 
@@ -327,3 +418,55 @@ def bind_refused_mid_gang(cp: ControlPlane, ext: Extender, ns: str, *, log: Log)
     }
     log(f"[faults] bind refused mid-gang: {figures}")
     return figures
+
+
+# ------------------------------------------------------------------------ release cut by a crash
+def release_cut_by_crash(cp: ControlPlane, ext: Extender, ns: str, *, log: Log) -> dict[str, Any]:
+    """The exact state kill -9 leaves when it lands inside a release, made on purpose: the extender is
+    stopped; a gang of 4 exists; its release journal says the quorum was released to 4 nodes; only the
+    first Binding reached the API server. The members carry a schedulerName no scheduler serves, so
+    nothing but the journal can bind the other three. The extender is started again: before /readyz
+    turns 200 it must have bound them to the journal's nodes (and only them: a member re-created after
+    the crash is a different pod and stays pending)."""
+    cp.create_namespace(ns)
+    selector = {"e2e-scenario": ns}
+    nodes = sorted(cp.add_nodes(4, cpu="4", labels=selector, prefix=f"{ns}-n"))
+    spec = {**pod_spec(cpu="1", selector=selector), "schedulerName": "e2e-no-scheduler"}
+    annotations = {ANNOTATION_GROUP: "cut", ANNOTATION_MIN: "4"}
+    ext.stop()
+    create(cp, *(pod(ns, f"cut-{i}", spec, annotations=annotations) for i in range(4)))
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(cp, ns)}
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "cut-0", "namespace": ns},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": nodes[0]}}
+    cp.request("POST", f"/api/v1/namespaces/{ns}/pods/cut-0/binding", binding)
+    # cut-3 was deleted and re-created after the crash: same name, new uid.
+    cp.request("DELETE", f"/api/v1/namespaces/{ns}/pods/cut-3?gracePeriodSeconds=0")
+    wait_for(lambda: "cut-3" not in {p["metadata"]["name"] for p in pods(cp, ns)}, timeout=30, what="cut-3 gone")
+    create(cp, pod(ns, "cut-3", spec, annotations=annotations))
+    journal = {"release": 1, "gang": f"{ns}/cut",
+               "pods": [[ns, f"cut-{i}", uids[f"cut-{i}"], nodes[i]] for i in range(4)]}
+    with ext.journal_path.open("ab") as out:
+        out.write(json.dumps(journal).encode() + b"\n")
+    ext.start()
+    at_ready = bound(cp, ns, "cut-")
+    log(f"[faults] release cut by a crash: bound when the extender turned ready: {at_ready}")
+    time.sleep(1.0)
+    return {
+        "bound_at_ready": at_ready,
+        "bound_after": bound(cp, ns, "cut-"),
+        "journal_nodes": {f"cut-{i}": nodes[i] for i in range(4)},
+        "resumed_metric": ext.metrics().get("gang_extender_gangs_releases_resumed_total", 0.0),
+        "resumed_events": sorted(e["involvedObject"]["name"] for e in events(cp, ns, "GangReleaseResumed")),
+        "unfinished_after": _unfinished(ext.journal_path),
+    }
+
+
+def _unfinished(path: Path) -> list[int]:
+    started: set[int] = set()
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if "done" in record:
+            started.discard(record["done"])
+        else:
+            started.add(record["release"])
+    return sorted(started)

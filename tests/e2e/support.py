@@ -54,7 +54,8 @@ class Extender:
         self.url = f"{'https' if tls_context else 'http'}://127.0.0.1:{self.port}"
         self.log_path = workdir / "gang-extender.log"
         self.record_path = workdir / "requests.jsonl"
-        self.args = [*args, "--record-file", str(self.record_path)]
+        self.journal_path = workdir / "releases.jsonl"  # kept across restarts, like the emptyDir in manifests/
+        self.args = [*args, "--record-file", str(self.record_path), "--release-journal", str(self.journal_path)]
         self._log = log
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
