@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from extender.fit import Placement, placement_failure, placement_from_spec, shortfall
 from extender.model import PASS, Code, GangKey, GangPolicy, GroupKind, NodeRecord, PodRecord, Verdict
-from extender.quantity import PODS, Resources, add_into, describe
+from extender.quantity import CPU, PODS, Resources, add_into, describe
 
 _OBJECT_NAMES = {GroupKind.WORKLOAD: "Workload", GroupKind.PODGROUP: "PodGroup",
                  GroupKind.COSCHEDULING: "PodGroup"}
@@ -86,30 +87,42 @@ def _copies(requests: Mapping[str, int], free: Mapping[str, int]) -> int:
 
 
 def plan(members: Sequence[PodRecord], nodes: Iterable[NodeRecord],
-         free_of: Callable[[NodeRecord], Resources]) -> Plan:
+         free_of: Callable[[NodeRecord], Resources],
+         free_cpu: Callable[[NodeRecord], int] | None = None) -> Plan:
     """Place ``members`` on ``nodes`` first-fit, most-allocated node first (packs gangs tightly).
 
-    ``free_of(node)`` gives the capacity available to the gang on that node. Deterministic: the same
-    inputs always give the same plan.
+    ``free_of(node)`` gives the capacity available to the gang on that node; ``free_cpu(node)``, when
+    given, must equal ``free_of(node).get("cpu", 0)`` and be cheaper. Nodes are ordered by free cpu;
+    with ``free_cpu``, ``free_of`` is called at most once per node, and only when a member could go
+    there (enough cpu, placement matches) or to explain why a member fits nowhere: placing a gang that
+    fits builds the free capacity only of the nodes it tries before every member is placed.
+    Deterministic: the same inputs always give the same plan.
     """
     node_list = list(nodes)
-    free = {node.name: dict(free_of(node)) for node in node_list}
-    order = sorted(node_list, key=lambda n: (free[n.name].get("cpu", 0), n.name))
+    cpu_of = free_cpu or (lambda node: free_of(node).get(CPU, 0))
+    start_cpu = {node.name: cpu_of(node) for node in node_list}
+    order = sorted(node_list, key=attrgetter("name"))
+    order.sort(key=lambda n: start_cpu[n.name])  # stable: by free cpu, then name (cheaper than tuple keys)
+    free = _FreeView(free_of, start_cpu)
     slots: list[tuple[str, Resources]] = []
     unplaced: list[PodRecord] = []
     blocking = ""
     for shape in _shapes(members):
         remaining = list(shape.pods)
+        cpu = shape.requests.get(CPU, 0)
         for node in order:
             if not remaining:
                 break
+            if cpu > 0 and free.cpu(node.name) < cpu:
+                continue  # what _copies would find, without building the node's free capacity
             if placement_failure(shape.placement, node) is not None:
                 continue
-            count = min(_copies(shape.requests, free[node.name]), len(remaining))
+            node_free = free.of(node)
+            count = min(_copies(shape.requests, node_free), len(remaining))
             for _ in range(count):
                 remaining.pop()
                 slots.append((node.name, shape.requests))
-                add_into(free[node.name], shape.requests, -1)
+                add_into(node_free, shape.requests, -1)
         if remaining:
             unplaced.extend(remaining)
             if not blocking:
@@ -117,7 +130,31 @@ def plan(members: Sequence[PodRecord], nodes: Iterable[NodeRecord],
     return Plan(tuple(slots), tuple(unplaced), blocking)
 
 
-def _blocking_reason(shape: _Shape, nodes: Sequence[NodeRecord], free: Mapping[str, Resources]) -> str:
+class _FreeView:
+    """The planner's running free capacity per node, built from ``free_of`` on first use."""
+
+    __slots__ = ("_free", "_free_of", "_start_cpu")
+
+    def __init__(self, free_of: Callable[[NodeRecord], Resources], start_cpu: Mapping[str, int]) -> None:
+        self._free_of = free_of
+        self._start_cpu = start_cpu
+        self._free: dict[str, Resources] = {}
+
+    def cpu(self, name: str) -> int:
+        free = self._free.get(name)
+        return self._start_cpu[name] if free is None else free.get(CPU, 0)
+
+    def of(self, node: NodeRecord) -> Resources:
+        free = self._free.get(node.name)
+        if free is None:
+            free = self._free[node.name] = dict(self._free_of(node))
+        return free
+
+    def amount(self, node: NodeRecord, resource: str) -> int:
+        return self.cpu(node.name) if resource == CPU else self.of(node).get(resource, 0)
+
+
+def _blocking_reason(shape: _Shape, nodes: Sequence[NodeRecord], free: _FreeView) -> str:
     eligible = [n for n in nodes if placement_failure(shape.placement, n) is None]
     if not eligible:
         return "no node matches its nodeSelector, affinity and tolerations"
@@ -125,9 +162,9 @@ def _blocking_reason(shape: _Shape, nodes: Sequence[NodeRecord], free: Mapping[s
     for name, amount in shape.requests.items():
         if name == PODS:
             continue
-        best = max(free[n.name].get(name, 0) for n in eligible)
-        if amount > best:
-            short[name] = amount - best
+        if any(free.amount(n, name) >= amount for n in eligible):
+            continue  # stops at the first node with enough, usually without building every node's view
+        short[name] = amount - max(free.amount(n, name) for n in eligible)
     if short:
         return f"no node has {describe({k: shape.requests[k] for k in short})} free " \
                f"(largest free falls short by {describe(short)})"

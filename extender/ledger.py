@@ -2,12 +2,13 @@
 
 Owns: per gang, whether it is admitted and the reservation slots it holds, the bind requests held at
 the barrier, the deadline of the current attempt, back-off after a timeout, the cached fail-fast
-verdict and the last reason it waited; following gang policy changes (a 1.37 PodGroup whose minCount
-is scaled down may be complete with the binds already held); what users are told (Events and group
-status, handed to callbacks as values) and the facts ``explain`` shows. It applies the pure rules of
-``gang`` and records their effects in the mirror (reservations, assumed placements). Must not: call
-the API server or block: the engine does the binding and the waiting, outside the lock, and the
-callbacks only queue.
+verdict, the verdict of the last admission plan that did not fit (reused while the capacity and the
+members stay the same) and the last reason it waited; following gang policy changes (a 1.37 PodGroup
+whose minCount is scaled down may be complete with the binds already held); what users are told
+(Events and group status, handed to callbacks as values) and the facts ``explain`` shows. It applies
+the pure rules of ``gang`` and records their effects in the mirror (reservations, assumed
+placements). Must not: call the API server or block: the engine does the binding and the waiting,
+outside the lock, and the callbacks only queue.
 
 Thread safety: the ledger shares the mirror's lock, so a gang decision and the capacity it was based
 on are one consistent step.
@@ -37,7 +38,7 @@ from extender.model import (
     PodRecord,
     Verdict,
 )
-from extender.quantity import Resources, describe
+from extender.quantity import CPU, Resources, describe
 
 
 @dataclass(eq=False, slots=True)
@@ -67,6 +68,8 @@ class GangState:
     never_fits_checked: int = -1  # mirror.node_set_generation of that check
     woken_after_backoff: bool = True
     never_fits_members: tuple[str, ...] = ()  # uids of the members that check planned
+    failed_plan: Verdict | None = None  # the wait verdict of the last admission plan that did not fit
+    failed_plan_inputs: tuple[object, ...] = ()  # (mirror.generation, needed, members) it was planned for
 
 
 log = logging.getLogger(__name__)
@@ -177,13 +180,19 @@ class GangLedger:
             if verdict is not None:
                 state.last_message = verdict.message
                 return verdict
+            inputs = (self.mirror.generation, needed, tuple(members))
+            if state.failed_plan is not None and state.failed_plan_inputs == inputs:
+                state.last_message = state.failed_plan.message
+                return state.failed_plan  # no capacity, member or count changed since it did not fit
             pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
             chosen = rules.pick_for_reservation(pending, needed)
-            result = rules.plan(chosen, self.mirror.nodes.values(), self._free_for(gang))
+            result = rules.plan(chosen, self.mirror.nodes.values(), self._free_for(gang), self._free_cpu_for(gang))
             if not result.complete:
                 verdict = rules.admission_wait(gang, result, needed)
                 state.last_message = verdict.message
+                state.failed_plan, state.failed_plan_inputs = verdict, inputs
                 return verdict
+            state.failed_plan, state.failed_plan_inputs = None, ()
             state.admitted_at = now
             state.deadline = now + self.timeout_for(policy)
             state.slots = list(result.slots)
@@ -254,12 +263,17 @@ class GangLedger:
     def _free_for(self, gang: GangKey) -> Callable[[NodeRecord], Resources]:
         return lambda node: self.mirror.free(node.name, gang)
 
+    def _free_cpu_for(self, gang: GangKey) -> Callable[[NodeRecord], int]:
+        free_cpu = self.mirror.free_cpu_by_node(gang)
+        return lambda node: free_cpu[node.name]
+
     def _never_fits(self, state: GangState, members: list[PodRecord]) -> Verdict | None:
         generation = self.mirror.node_set_generation
         uids = tuple(p.uid for p in members)
         if state.never_fits_checked != generation or state.never_fits_members != uids:
             chosen = rules.pick_for_reservation(members, state.policy.min_count)
-            result = rules.plan(chosen, self.mirror.nodes.values(), lambda node: node.allocatable)
+            result = rules.plan(chosen, self.mirror.nodes.values(), lambda node: node.allocatable,
+                                lambda node: node.allocatable.get(CPU, 0))
             fresh = None if result.complete else rules.never_fits(
                 state.gang, result, state.policy.min_count, len(self.mirror.nodes))
             if fresh is not None and state.never_fits is None:

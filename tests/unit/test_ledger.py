@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from extender import gang as rules
 from extender.cluster import ClusterMirror
 from extender.ledger import BindAction, GangLedger
 from extender.model import PASS, Code, GangKey, GangPolicy, GroupKind, PodRecord, Verdict
@@ -261,3 +262,99 @@ def test_never_fits_is_rechecked_when_the_members_change(w: World) -> None:
     w.mirror.delete_pod(too_big.uid)
     w.add(pod("g-2", cpu="1", pod_group="g"))
     assert w.ledger.admission(gang, GangPolicy(2)) == PASS
+
+
+# ------------------------------------------------------------------------- the failed-plan memo
+@pytest.fixture
+def plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the ledger's calls of ``gang.plan`` (admission against free capacity and fail-fast)."""
+    calls: list[int] = []
+    real = rules.plan
+
+    def counting(*args: Any, **kwargs: Any) -> rules.Plan:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rules, "plan", counting)
+    return calls
+
+
+def waiting_gang(w: World) -> tuple[GangKey, PodRecord, Verdict]:
+    """Gang ``a`` (4 x 3 cpu on 4 nodes of 4 cpu) told to wait: a 2-cpu hog sits on n1."""
+    a = w.gang("a", 4)
+    hog = w.add(pod("hog", cpu="2", node="n1"))
+    verdict = w.ledger.admission(key(a[0]), POLICY)
+    assert verdict.code is Code.WAIT_RESOLVABLE and verdict.message.startswith(
+        "waiting for capacity for gang default/a: 3/4 remaining members fit")
+    return key(a[0]), hog, verdict
+
+
+def test_a_failed_plan_is_reused_while_nothing_changes(w: World, plans: list[int]) -> None:
+    gang, _, verdict = waiting_gang(w)
+    planned = len(plans)
+    for _ in range(3):
+        assert w.ledger.admission(gang, POLICY) == verdict
+    assert len(plans) == planned  # neither planned again nor checked for fail-fast again
+    state = w.ledger.state(gang)
+    assert state is not None and state.last_message == verdict.message and state.admitted_at is None
+    # A pod that is not bound anywhere changes no capacity: still reused.
+    w.add(pod("pending-elsewhere", cpu="1"))
+    assert w.ledger.admission(gang, POLICY) == verdict and len(plans) == planned
+
+
+def test_a_failed_plan_is_dropped_when_a_pod_is_deleted(w: World, plans: list[int]) -> None:
+    gang, hog, _ = waiting_gang(w)
+    w.mirror.delete_pod(hog.uid)
+    assert w.ledger.admission(gang, POLICY) == PASS
+    assert w.mirror.reservation(gang) == dict.fromkeys(NODES4, SLOT)
+
+
+def test_a_failed_plan_is_dropped_when_a_node_is_added(w: World, plans: list[int]) -> None:
+    gang, _, _ = waiting_gang(w)
+    w.mirror.upsert_node(node("n5"))
+    assert w.ledger.admission(gang, POLICY) == PASS
+    assert sorted(w.mirror.reservation(gang)) == ["n2", "n3", "n4", "n5"]
+
+
+def test_a_failed_plan_is_dropped_when_a_reservation_is_released(w: World, plans: list[int]) -> None:
+    b = w.gang("b", 2, min_count=2)
+    assert w.ledger.admission(key(b[0]), GangPolicy(2)) == PASS  # b reserves 3 cpu on two nodes
+    a = w.gang("a", 4)
+    verdict = w.ledger.admission(key(a[0]), POLICY)
+    assert verdict.message.startswith("waiting for capacity for gang default/a: 2/4 remaining members fit")
+    planned = len(plans)
+    assert w.ledger.admission(key(a[0]), POLICY) == verdict and len(plans) == planned
+    w.clock.advance(31)
+    w.ledger.expire_if_due(key(b[0]))  # b times out: its reservation is released
+    assert w.mirror.reservation(key(b[0])) == {}
+    assert w.ledger.admission(key(a[0]), POLICY) == PASS
+    assert w.mirror.reservation(key(a[0])) == dict.fromkeys(NODES4, SLOT)
+
+
+def test_a_failed_plan_is_dropped_when_the_members_change(w: World, plans: list[int]) -> None:
+    w.gang("g", 0, min_count=2)
+    w.add(pod("hog", cpu="3", node="n1"))
+    w.add(pod("hog2", cpu="3", node="n2"))
+    w.add(pod("hog3", cpu="3", node="n3"))
+    big = w.add(pod("g-0", cpu="3", pod_group="g"))
+    w.add(pod("g-1", cpu="2", pod_group="g"))
+    gang = key(big)
+    verdict = w.ledger.admission(gang, GangPolicy(2))
+    assert verdict.message.startswith("waiting for capacity for gang default/g: 1/2 remaining members fit")
+    w.mirror.delete_pod(big.uid)  # replaced by a smaller member: no node changed, the members did
+    w.add(pod("g-2", cpu="1", pod_group="g"))
+    assert w.ledger.admission(gang, GangPolicy(2)) == PASS
+    assert w.mirror.reservation(gang) == {"n1": {"cpu": 1000, "memory": 2**30, "pods": 1},
+                                          "n4": {"cpu": 2000, "memory": 2**30, "pods": 1}}
+
+
+def test_a_failed_plan_is_planned_again_after_any_capacity_change(w: World, plans: list[int]) -> None:
+    """The memo is keyed by the mirror's generation: a change that does not help still re-plans (and
+    still waits), it is never trusted past a change."""
+    gang, _, verdict = waiting_gang(w)
+    planned = len(plans)
+    w.add(pod("small", cpu="100m", node="n2"))
+    again = w.ledger.admission(gang, POLICY)
+    assert again == verdict and again is not verdict  # the same answer, planned again
+    assert len(plans) == planned + 1
+    assert w.ledger.admission(gang, POLICY) == again and len(plans) == planned + 1
