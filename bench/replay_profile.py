@@ -8,8 +8,9 @@ Replays the corpus (``tests/data/corpus``) in recorded order through the Flask t
 threads, as ``bench/loadtest.py --verify`` does), so every request meets the state it met in the
 recording. No HTTP server, no other process: the time measured is the handler's own CPU, free of
 scheduling noise. Prints the filter latency by kind of request (cache hit, miss, gang admission,
-gang member steered to its reservation, waiting gang member) and, with ``--profile``, the functions
-cProfile saw for the slowest kind.
+gang member steered to its reservation, waiting gang member), the time of the ``GangLedger.admission``
+calls inside those filters by outcome and, with ``--profile``, the functions cProfile saw for the
+slowest kind.
 """
 
 from __future__ import annotations
@@ -58,6 +59,37 @@ def counters(app: Any) -> dict[str, int]:
             "admitted": rt.ledger.counters["admitted"]}
 
 
+def time_admission(ledger: Any, times: dict[str, list[float]]) -> None:
+    """Wrap ``ledger.admission`` to record how long each call takes, by outcome."""
+    admission = ledger.admission
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        admitted = ledger.counters["admitted"]
+        started = time.perf_counter()
+        verdict = admission(*args, **kwargs)
+        elapsed = (time.perf_counter() - started) * 1000
+        if ledger.counters["admitted"] > admitted:
+            times["admits the gang (plans its reservation)"].append(elapsed)
+        elif verdict.passes:
+            times["passes (gang admitted or complete)"].append(elapsed)
+        else:
+            times["tells the member to wait"].append(elapsed)
+        return verdict
+
+    ledger.admission = timed
+
+
+def print_table(times: dict[str, list[float]], what: str) -> None:
+    print(f"| {what} | calls | share of time | p50 ms | p90 ms | p99 ms | max ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    total = sum(sum(v) for v in times.values())
+    everything = [v for values in times.values() for v in values]
+    for kind, values in [*sorted(times.items(), key=lambda kv: -sum(kv[1])), ("**all**", everything)]:
+        ordered = sorted(values)
+        print(f"| {kind} | {len(values)} | {sum(values) / total * 100:.0f} % | "
+              + " | ".join(f"{loadtest.percentile(ordered, q):.2f}" for q in (50, 90, 99)) + f" | {ordered[-1]:.2f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=loadtest.CORPUS)
@@ -76,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         stats: dict[str, pstats.Stats] = {}
         threads: list[threading.Thread] = []
         rt = app.extensions["gang_extender"].runtime
+        admissions: dict[str, list[float]] = defaultdict(list)
+        time_admission(rt.ledger, admissions)
         for record in corpus.records:
             body = orjson.dumps(record["request"])
             if record["verb"] == "bind":
@@ -112,14 +146,9 @@ def main(argv: list[str] | None = None) -> int:
             thread.join(5)
         rt.close()
     print("\n## Filter time by kind of request, in process (no HTTP), the corpus replayed in order\n")
-    print("| kind | requests | share of filter time | p50 ms | p90 ms | p99 ms | max ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    total = sum(sum(v) for v in times.values())
-    everything = [v for values in times.values() for v in values]
-    for kind, values in [*sorted(times.items(), key=lambda kv: -sum(kv[1])), ("**all filters**", everything)]:
-        ordered = sorted(values)
-        print(f"| {kind} | {len(values)} | {sum(values) / total * 100:.0f} % | "
-              + " | ".join(f"{loadtest.percentile(ordered, q):.2f}" for q in (50, 90, 99)) + f" | {ordered[-1]:.2f} |")
+    print_table(times, "kind of filter request")
+    print("\n## GangLedger.admission inside those filters, by outcome\n")
+    print_table(admissions, "admission outcome")
     if not args.profile:
         return 0
     slowest = max(times, key=lambda k: sorted(times[k])[len(times[k]) // 2])
