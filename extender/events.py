@@ -2,8 +2,9 @@
 
 Owns: ``BackgroundWriter`` — a bounded queue drained by one daemon thread at a fixed maximum rate,
 counting what it sent, dropped (queue full) and failed — and its two uses: ``EventRecorder``
-(Kubernetes Events on pods, repeats of the same (pod, reason, message) suppressed for
-``repeat_seconds``) and ``PodWaker`` (annotation bumps that make kube-scheduler retry pending pods).
+(Kubernetes Events on pods or on any other object, e.g. a gang's Workload or PodGroup; repeats of the
+same (object, reason, message) suppressed for ``repeat_seconds``) and ``PodWaker`` (annotation bumps
+that make kube-scheduler retry pending pods).
 Must not: block the caller, or import the client (writers are handed callables).
 """
 
@@ -24,7 +25,8 @@ from extender.model import PodRecord
 log = logging.getLogger(__name__)
 
 Item = TypeVar("Item")
-Sink = Callable[[dict[str, str], str, str, str], None]  # (pod ref, type, reason, message)
+Sink = Callable[[dict[str, str], str, str, str], None]  # (object reference, type, reason, message)
+"""An object reference has ``apiVersion``, ``kind``, ``namespace``, ``name`` and ``uid`` (may be empty)."""
 
 COARSE_REASONS = frozenset({"GangWaiting"})
 """Reasons whose repeats are recognised without the numbers in their message (counts change often)."""
@@ -79,14 +81,18 @@ class BackgroundWriter(Generic[Item]):
 
 @dataclass(frozen=True, slots=True)
 class _Event:
-    pod: dict[str, str]
+    target: dict[str, str]
     event_type: str
     reason: str
     message: str
 
 
+def pod_reference(pod: PodRecord) -> dict[str, str]:
+    return {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
+
+
 class EventRecorder(BackgroundWriter[_Event]):
-    """Kubernetes Events on pods, deduplicated."""
+    """Kubernetes Events, deduplicated."""
 
     def __init__(self, sink: Sink, *, repeat_seconds: float = 60.0, per_second: float = 20.0,
                  capacity: int = 10000, clock: Callable[[], float] = time.monotonic) -> None:
@@ -99,25 +105,29 @@ class EventRecorder(BackgroundWriter[_Event]):
 
     def record(self, pods: Iterable[PodRecord], event_type: str, reason: str, message: str) -> None:
         """Queue one event per pod; never blocks."""
+        self.record_on([pod_reference(pod) for pod in pods], event_type, reason, message)
+
+    def record_on(self, targets: Iterable[dict[str, str]], event_type: str, reason: str, message: str) -> None:
+        """Queue one event per object reference (see ``Sink``); never blocks."""
         now = self._clock()
         with self._lock:
             text = _NUMBERS.sub("#", message) if reason in COARSE_REASONS else message
-            for pod in pods:
-                key = (pod.uid, reason, text)
+            for target in targets:
+                key = (target.get("uid") or f"{target['kind']}/{target['namespace']}/{target['name']}", reason, text)
                 if now - self._recent.get(key, -1e18) < self._repeat:
                     continue
                 self._recent[key] = now
-                self._offer(_Event({"namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
-                                   event_type, reason, message))
+                self._offer(_Event(target, event_type, reason, message))
             if len(self._recent) > 50000:
                 cutoff = now - self._repeat
                 self._recent = {k: t for k, t in self._recent.items() if t >= cutoff}
 
     def _write(self, item: _Event) -> None:
-        self._sink(item.pod, item.event_type, item.reason, item.message)
+        self._sink(item.target, item.event_type, item.reason, item.message)
 
     def _failed(self, item: _Event, exc: Exception) -> None:
-        log.warning("event %s on %s/%s not written: %s", item.reason, item.pod["namespace"], item.pod["name"], exc)
+        log.warning("event %s on %s %s/%s not written: %s", item.reason, item.target["kind"],
+                    item.target["namespace"], item.target["name"], exc)
 
 
 WAKE_ANNOTATION = "gang-extender.io/wake"
@@ -157,6 +167,7 @@ class PodWaker(BackgroundWriter[tuple[str, str]]):
         log.debug("wake of %s/%s failed: %s", item[0], item[1], exc)  # the pod may be gone
 
 
-def log_sink(pod: dict[str, str], event_type: str, reason: str, message: str) -> None:
+def log_sink(target: dict[str, str], event_type: str, reason: str, message: str) -> None:
     """Snapshot mode: events go to the log."""
-    log.info("event %s %s on pod %s/%s: %s", event_type, reason, pod["namespace"], pod["name"], message)
+    log.info("event %s %s on %s %s/%s: %s", event_type, reason, target["kind"], target["namespace"], target["name"],
+             message)

@@ -16,8 +16,9 @@ a pod) and ``(GroupRef, GangPolicy)`` pairs (for a group object):
 - Plain pod annotations (no API at all): ``gang-extender.io/group`` + ``gang-extender.io/min-count``.
 
 Also owns the other direction: which API versions to look for (newest first), what a group object's
-status says now (``GroupMeta``), and the status body users read (``status_apply``): the scheduling
-condition of 1.36+ PodGroups, ``status.phase`` and counts of scheduler-plugins PodGroups.
+status says now (``GroupMeta``), the status body users read (``status_apply``): the scheduling
+condition of 1.36+ PodGroups, ``status.phase`` and counts of scheduler-plugins PodGroups, and the
+object reference a gang's Events are written on (``event_reference``).
 
 Must not: hold state or talk to the API server. Anything malformed yields a GroupError whose
 message names the field.
@@ -327,3 +328,16 @@ def status_apply(ref: GroupRef, meta: GroupMeta, status: GangStatus, now: str) -
             return None
         return {**head, "status": {"phase": phase, "scheduled": status.bound}}
     return None
+
+
+_OBJECT_KINDS = {GroupKind.WORKLOAD: "Workload", GroupKind.PODGROUP: "PodGroup", GroupKind.COSCHEDULING: "PodGroup"}
+
+
+def event_reference(ref: GroupRef, meta: GroupMeta | None) -> dict[str, str] | None:
+    """The object reference (apiVersion, kind, namespace, name, uid) of the group object that gang
+    Events go on, or None when there is no such object (annotation gangs, an object not seen yet)."""
+    kind = _OBJECT_KINDS.get(ref.kind)
+    if kind is None or meta is None or not meta.api_version:
+        return None
+    return {"apiVersion": meta.api_version, "kind": kind, "namespace": ref.namespace, "name": ref.name,
+            "uid": meta.uid}

@@ -190,17 +190,20 @@ class KubeClient:
         self.request("PATCH", path, {"fieldManager": field_manager}, body=dict(body), timeout=10.0,
                      content_type="application/apply-patch+yaml")
 
-    def create_event(self, pod: Mapping[str, str], event_type: str, reason: str, message: str) -> None:
-        """A core/v1 Event on a pod (``kubectl describe pod`` and ``kubectl get events`` show it)."""
+    def create_event(self, target: Mapping[str, str], event_type: str, reason: str, message: str) -> None:
+        """A core/v1 Event on ``target`` (apiVersion, kind, namespace, name, uid): ``kubectl describe``
+        of that object and ``kubectl get events`` show it."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        involved = {key: target[key] for key in ("apiVersion", "kind", "namespace", "name")}
+        if target.get("uid"):
+            involved["uid"] = target["uid"]
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{pod['name']}.", "namespace": pod["namespace"]},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": pod["namespace"],
-                               "name": pod["name"], "uid": pod["uid"]},
+            "metadata": {"generateName": f"{target['name']}.", "namespace": target["namespace"]},
+            "involvedObject": involved,
             "type": event_type, "reason": reason, "message": message[:1024],
             "source": {"component": "gang-extender"}, "reportingComponent": "gang-extender",
             "reportingInstance": socket.gethostname(), "firstTimestamp": now, "lastTimestamp": now,
             "count": 1,
         }
-        self.request("POST", f"/api/v1/namespaces/{quote(pod['namespace'], safe='')}/events", body=body)
+        self.request("POST", f"/api/v1/namespaces/{quote(target['namespace'], safe='')}/events", body=body)

@@ -263,7 +263,7 @@ def kill_mid_release(cp: ControlPlane, ext: Extender, ns: str, *, rounds: int, l
                    partial_gangs=sorted(g for g, seconds in while_up.items() if seconds > 2.0),
                    partial_seconds_while_up=while_up,
                    partial_seconds={g: partial_seconds(sampler, g, gangs[g]) for g in cut},
-                   resumed_event_pods=len(events(cp, ns, "GangReleaseResumed")))
+                   resumed_events=len(events(cp, ns, "GangReleaseResumed")))
     return figures
 
 
@@ -456,7 +456,7 @@ def release_cut_by_crash(cp: ControlPlane, ext: Extender, ns: str, *, log: Log) 
         "bound_after": bound(cp, ns, "cut-"),
         "journal_nodes": {f"cut-{i}": nodes[i] for i in range(4)},
         "resumed_metric": ext.metrics().get("gang_extender_gangs_releases_resumed_total", 0.0),
-        "resumed_events": sorted(e["involvedObject"]["name"] for e in events(cp, ns, "GangReleaseResumed")),
+        "resumed_events": [(e["involvedObject"]["name"], e["message"]) for e in events(cp, ns, "GangReleaseResumed")],
         "unfinished_after": _unfinished(ext.journal_path),
     }
 

@@ -79,7 +79,9 @@ def test_podgroup_of_four_with_room_binds_whole(cluster: dict[str, Any]) -> None
     written = condition(cp, ns, "pg")
     assert written is not None and written["reason"] == "Scheduled", written
     assert "4 member(s) bound together at quorum" in written["message"], written
-    assert len(events(cp, ns, "GangBound")) == 4
+    wait_for(lambda: bool(events(cp, ns, "GangBound")), timeout=30, what="a GangBound event")
+    (bound_event,) = events(cp, ns, "GangBound")  # one per gang, on its PodGroup (kubectl describe podgroup)
+    assert {k: bound_event["involvedObject"][k] for k in ("kind", "name")} == {"kind": "PodGroup", "name": "pg"}
 
 
 def test_three_of_four_wait_then_bind_with_the_fourth(cluster: dict[str, Any]) -> None:

@@ -116,7 +116,20 @@ def test_sink_failures_are_counted_not_raised(sink: Sink, recorders: Any, caplog
     recorder.record([record("a")], "Normal", "GangBound", "bound")
     wait_until(lambda: recorder.failed == 1 and recorder.sent == 1)
     assert sink.events == [("a", "Normal", "GangBound", "bound")]
-    assert "event GangTimeout on default/a not written: events is forbidden" in caplog.text
+    assert "event GangTimeout on Pod default/a not written: events is forbidden" in caplog.text
+
+
+def test_events_on_other_objects_are_deduplicated_per_object(sink: Sink, recorders: Any) -> None:
+    recorder = recorders()
+    workload = {"apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload", "namespace": "default",
+                "name": "train", "uid": "w-1"}
+    recorder.record_on([workload], "Normal", "GangWaiting", "waiting for gang default/train: 1/4 pods exist")
+    recorder.record_on([workload], "Normal", "GangWaiting", "waiting for gang default/train: 2/4 pods exist")
+    recorder.record_on([{**workload, "uid": "", "name": "other"}], "Normal", "GangWaiting", "waiting: 1/4")
+    wait_until(lambda: recorder.sent == 2)
+    time.sleep(0.02)
+    assert [(e[0], e[3]) for e in sink.events] == [("train", "waiting for gang default/train: 1/4 pods exist"),
+                                                    ("other", "waiting: 1/4")]
 
 
 def test_rate_limit_spaces_events(sink: Sink, recorders: Any) -> None:

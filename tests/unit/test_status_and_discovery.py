@@ -276,3 +276,37 @@ def test_gang_waiting_events_ignore_changing_counts() -> None:
         assert sent[0].endswith("1/3 pods exist") and sent[-1].endswith("2/3 pods exist")
     finally:
         recorder.close()
+
+
+def test_gang_events_go_once_per_gang_to_its_group_object() -> None:
+    from extender.records import pod_record
+    from extender.runtime import gang_event_targets
+    from tests.builders import workload
+
+    mirror = ClusterMirror()
+    train = workload("train", {"workers": 2})
+    train["metadata"]["uid"] = "w-uid"
+    mirror.upsert_group(GroupKind.WORKLOAD, train)
+    workers = [mirror.upsert_pod(pod(f"w-{i}", workload="train", pod_group="workers")) for i in range(2)]
+    annotated = [mirror.upsert_pod(pod(name, annotations={"gang-extender.io/group": "job",
+                                                          "gang-extender.io/min-count": "3"}))
+                 for name in ("job-b", "job-a")]
+    late = pod_record(pod("job-0", annotations={"gang-extender.io/group": "job",
+                                                "gang-extender.io/min-count": "3"}))  # not mirrored yet
+    plain = mirror.upsert_pod(pod("plain"))
+
+    assert gang_event_targets(mirror, [*workers, annotated[0], plain]) == [
+        {"apiVersion": "scheduling.k8s.io/v1alpha1", "kind": "Workload", "namespace": "default",
+         "name": "train", "uid": "w-uid"},
+        # no group object: the member with the first name (the mirror's, or one of the pods named)
+        {"apiVersion": "v1", "kind": "Pod", "namespace": "default", "name": "job-a", "uid": annotated[1].uid},
+        {"apiVersion": "v1", "kind": "Pod", "namespace": "default", "name": "plain", "uid": plain.uid},
+    ]
+    assert gang_event_targets(mirror, [late])[0]["name"] == "job-0"
+    # a scheduler-plugins PodGroup the mirror has not seen yet: no object to write on, so a member
+    member = mirror.upsert_pod(pod("c-0", pod_group="unseen"))
+    assert gang_event_targets(mirror, [member])[0]["kind"] == "Pod"
+    mirror.upsert_group(GroupKind.COSCHEDULING, coscheduling_podgroup("unseen", 2))
+    assert gang_event_targets(mirror, [member])[0] == {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "namespace": "default", "name": "unseen",
+        "uid": ""}
