@@ -346,10 +346,15 @@ def settle(ext: Any, timeout: float = 90.0) -> None:
 
 
 def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """One configuration on a fresh control plane. ``gang-extender:--flag=value,...`` adds serve flags."""
+    """One configuration on a fresh control plane. ``gang-extender:--flag=value,...`` adds serve flags;
+    the pseudo-flag ``prioritize`` adds the extender's prioritize verb to kube-scheduler's configuration
+    (the shipped one has only filter and bind)."""
     config, _, flags = config.partition(":")
-    extender_args = [*args.extender_args.split(), *(f for f in flags.replace("=", " ").replace(",", " ").split())]
+    words = flags.replace("=", " ").replace(",", " ").split()
+    prioritize = "prioritize" in words
+    extender_args = [*args.extender_args.split(), *(w for w in words if w != "prioritize")]
     label = config + (f" ({' '.join(extender_args)})" if extender_args and config == "gang-extender" else "")
+    label += " + prioritize" if prioritize else ""
     gangs = config != "ceiling"
     gates = {"GangScheduling": True} if config == "in-tree" else {}
     backlog, _ = wl.e2e_plan(gangs=gangs, gang_count=args.gangs, size=args.size, contention_gangs=0,
@@ -368,7 +373,7 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
                 ext.start()
                 from support import scheduler_config
 
-                scheduler = scheduler_config(ext.url)
+                scheduler = scheduler_config(ext.url, prioritize=prioritize)
             else:
                 scheduler = dict(DEFAULT_SCHEDULER_CONFIG)
             watch = wl.BindWatch(cp)

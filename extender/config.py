@@ -60,8 +60,9 @@ _HELP = {
     "kubeconfig": "kubeconfig file (default: in-cluster config, then ~/.kube/config)",
     "cluster_snapshot": "serve without an API server from this Kubernetes List (YAML or JSON) of Nodes, "
                         "Pods and group objects; binds change only the in-memory state",
-    "gang_timeout_seconds": "how long a gang's binds are held waiting for quorum; keep it below the "
-                            "scheduler's extender httpTimeout (per-gang override: annotation "
+    "gang_timeout_seconds": "a gang times out this long after its last new member reached the barrier (or "
+                            "its admission), and no bind is held longer; keep it below the scheduler's "
+                            "extender httpTimeout (per-gang override: annotation "
                             "gang-extender.io/timeout-seconds or PodGroup spec.scheduleTimeoutSeconds)",
     "gang_backoff_seconds": "first back-off of a gang after a timeout; doubles per timeout, max 300 s",
     "cache_size": "filter cache capacity in node verdicts summed over all signatures (an entry weighs one per "

@@ -338,8 +338,8 @@ class Engine:
 
     def _await(self, gang: GangKey, hold: Hold) -> str:
         while not hold.done.is_set():
-            state = self.ledger.state(gang)
-            deadline = state.deadline if state and state.deadline else self.clock() + 0.1
+            due = self.ledger.due(gang)
+            deadline = due if due is not None else self.clock() + 0.1
             if not hold.done.wait(timeout=max(deadline - self.clock(), 0) + 0.01):
                 self.ledger.expire_if_due(gang)
         return hold.result or ""

@@ -47,6 +47,7 @@ class Hold:
 
     pod: PodRecord
     node: str
+    started: float = 0.0       # when the bind request arrived (ledger clock)
     done: threading.Event = field(default_factory=threading.Event)
     result: str | None = None  # None while waiting; "" bound; otherwise the error to answer
     releasing: bool = False    # picked by the thread that completes the quorum
@@ -70,6 +71,7 @@ class GangState:
     never_fits_members: tuple[str, ...] = ()  # uids of the members that check planned
     failed_plan: Verdict | None = None  # the wait verdict of the last admission plan that did not fit
     failed_plan_inputs: tuple[object, ...] = ()  # (mirror.generation, needed, members) it was planned for
+    held_ever: set[str] = field(default_factory=set)  # uids held at the barrier in this attempt
 
 
 log = logging.getLogger(__name__)
@@ -120,7 +122,7 @@ class GangLedger:
         self._blocked: dict[str, PodRecord] = {}  # pods rejected until capacity frees up
         self._rejected: dict[GangKey, set[str]] = {}  # members a gang rule rejected: woken at admission
         self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0,
-                         "releases_resumed": 0}
+                         "releases_resumed": 0, "holds_recycled": 0}
 
     # ------------------------------------------------------------------------------------ queries
     def state(self, gang: GangKey) -> GangState | None:
@@ -306,11 +308,15 @@ class GangLedger:
                 self.mirror.assume(pod.uid, node)
                 return BindDecision(BindAction.NOW)
             now = self.clock()
-            hold = Hold(pod, node)
+            hold = Hold(pod, node, started=now)
             state.holds[pod.uid] = hold
             waiting = self._waiting(state)
-            if waiting == [hold]:
-                state.deadline = now + self.timeout_for(policy)  # the first hold starts the clock
+            if pod.uid not in state.held_ever:
+                # A member new to this attempt reached the barrier: the gang is progressing, so its
+                # deadline moves (the first hold starts the clock). A member coming back after its
+                # hold was recycled is not progress.
+                state.held_ever.add(pod.uid)
+                state.deadline = now + self.timeout_for(policy)
             rules.consume_slot(state.slots, node, pod.requests)
             self.mirror.assume(pod.uid, node)
             self.mirror.set_reservation(pod.gang, rules.Plan(tuple(state.slots), ()).per_node())
@@ -401,20 +407,47 @@ class GangLedger:
         state.admitted_at = None
         state.deadline = None
         state.slots = []
+        state.held_ever = set()
         self.mirror.set_reservation(state.gang, {})
         if had_reservation:
             self._capacity_freed()
 
     # ------------------------------------------------------------------------------------ expiry
-    def expire_if_due(self, gang: GangKey) -> None:
-        """Time out the gang's current attempt if its deadline passed (called by waiters and sweep)."""
+    def due(self, gang: GangKey) -> float | None:
+        """When ``expire_if_due`` next has something to do for the gang (None: nothing pending)."""
         with self.lock:
             state = self._gangs.get(gang)
-            if state is None or state.deadline is None or self.clock() < state.deadline:
+            return self._due(state) if state is not None else None
+
+    def _due(self, state: GangState) -> float | None:
+        times = [hold.started + self.timeout_for(state.policy) for hold in self._waiting(state)]
+        if state.deadline is not None:
+            times.append(state.deadline)
+        return min(times, default=None)
+
+    def expire_if_due(self, gang: GangKey) -> None:
+        """Time out the gang's current attempt if its deadline passed, or recycle holds that waited as
+        long as one may while the gang keeps progressing (called by waiters and sweep).
+
+        The deadline is ``timeout`` after the last member new to the attempt reached the barrier (or
+        after admission), so a gang whose members keep arriving is not timed out however long the
+        scheduler takes to reach all of them. A single bind is never held longer than ``timeout``
+        (kube-scheduler's ``httpTimeout`` must not cut it off): an older one is answered with a retry
+        while the gang keeps its reservation, so the member comes back to the same capacity.
+        """
+        with self.lock:
+            state = self._gangs.get(gang)
+            if state is None:
                 return
+            now = self.clock()
             waiting = self._waiting(state)
             if not waiting and state.holds:
                 return  # a released quorum is being bound; its outcome decides, not the clock
+            if state.deadline is None or now < state.deadline:
+                stale = [h for h in waiting if now >= h.started + self.timeout_for(state.policy)]
+                if stale:
+                    self._recycle(state, stale, now)
+                return
             message = (f"gang {gang} timed out after {self.timeout_for(state.policy):g}s with "
                        f"{len(waiting)} member(s) held of {state.policy.min_count} needed; "
                        "released its reservation and backing off")
@@ -434,13 +467,34 @@ class GangLedger:
             self.on_event(self.mirror.members(gang), "Warning", "GangTimeout", message)
             self.on_status(gang, GangStatus(GangPhase.WAITING, message, 0, state.policy.min_count))
 
+    def _recycle(self, state: GangState, holds: list[Hold], now: float) -> None:
+        """Answer ``holds`` with a retry; their slots go back to the gang's reservation."""
+        placed = len(self._placed(self.mirror.members(state.gang), state))
+        held = len(self._waiting(state))
+        last_new = (state.deadline or now) - self.timeout_for(state.policy)
+        message = (f"gang {state.gang} is still gathering members ({placed + held}/{state.policy.min_count} placed, "
+                   f"the last new one {max(now - last_new, 0.0):.0f}s ago): this bind was held "
+                   f"{self.timeout_for(state.policy):g}s, as long as one request may wait; it keeps its "
+                   "reserved place and kube-scheduler retries it")
+        for hold in holds:
+            hold.result = message
+            self.mirror.forget(hold.pod.uid)
+            del state.holds[hold.pod.uid]
+            if state.admitted_at is not None:  # only an admitted gang holds a reservation
+                state.slots.append((hold.node, dict(hold.pod.requests)))
+            hold.done.set()
+        self.mirror.set_reservation(state.gang, rules.Plan(tuple(state.slots), ()).per_node())
+        self.counters["holds_recycled"] += len(holds)
+        log.info("%s", message)
+
     def sweep(self) -> None:
         """Follow policy changes, expire overdue gangs and forget gangs with no members left."""
         with self.lock:
             self._follow_policy_changes()
             now = self.clock()
             for gang, state in list(self._gangs.items()):
-                if state.deadline is not None and now >= state.deadline:
+                due = self._due(state)
+                if due is not None and now >= due:
                     self.expire_if_due(gang)
                 if not state.woken_after_backoff and now >= state.backoff_until:
                     state.woken_after_backoff = True

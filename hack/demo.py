@@ -60,7 +60,7 @@ def main() -> int:
         extender.start()
         try:
             cp.start_scheduler(scheduler_config(extender.url))
-            say("kube-scheduler started with gang-extender as filter/prioritize/bind extender")
+            say("kube-scheduler started with gang-extender as filter/bind extender")
             cp.create_namespace(NAMESPACE)
 
             create(cp, workload(NAMESPACE, "training", {"workers": 4}), job(parallelism=3))

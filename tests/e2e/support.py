@@ -29,14 +29,18 @@ GANG_EXTENDER = str(Path(sys.executable).with_name("gang-extender"))
 E2E_GANG_TIMEOUT = 12  # above kube-scheduler's 10 s maximum pod back-off, as docs/deploy.md advises
 
 
-def scheduler_config(url: str, *, http_timeout: str = "30s") -> dict[str, Any]:
-    """The shipped KubeSchedulerConfiguration (manifests/) with its extender URL pointed at ``url``."""
+def scheduler_config(url: str, *, http_timeout: str = "30s", prioritize: bool = False) -> dict[str, Any]:
+    """The shipped KubeSchedulerConfiguration (manifests/) with its extender URL pointed at ``url``;
+    ``prioritize`` makes sure the extender's prioritize verb is configured (weight 1)."""
     import yaml
 
     config: dict[str, Any] = yaml.safe_load((ROOT / "manifests" / "scheduler-config.yaml").read_text())
     for extender in config["extenders"]:
         extender["urlPrefix"] = url
         extender["httpTimeout"] = http_timeout
+        if prioritize:
+            extender["prioritizeVerb"] = "prioritize"
+            extender["weight"] = 1
     config.pop("clientConnection", None)
     config.pop("leaderElection", None)
     return config

@@ -6,6 +6,7 @@ server refusing one member's binding at quorum. Scenario code and figures: fault
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +23,9 @@ def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
     ext = Extender(control_plane.kubeconfig, tmp_path_factory.mktemp("extender"), log=print,
                    args=["--gang-timeout-seconds", "12", "--gang-backoff-seconds", "2"])
     ext.start()
-    control_plane.start_scheduler(scheduler_config(ext.url))
+    # The shipped configurations leave the optional prioritize verb out; this suite turns it on, so the
+    # real kube-scheduler calls it too (test_prioritize_answers_kube_scheduler).
+    control_plane.start_scheduler(scheduler_config(ext.url, prioritize=True))
     try:
         yield {"cp": control_plane, "ext": ext}
     finally:
@@ -54,6 +57,24 @@ def test_release_cut_by_a_crash_is_finished_before_ready(cluster: dict[str, Any]
     assert figures["resumed_metric"] == 1 and len(figures["resumed_events"]) == 1, figures
     assert figures["resumed_events"][0][0] == "cut-0" and "remaining 2 member(s)" in figures["resumed_events"][0][1]
     assert figures["unfinished_after"] == [], figures
+
+
+def test_prioritize_answers_kube_scheduler(cluster: dict[str, Any]) -> None:
+    """With prioritizeVerb configured kube-scheduler calls it for pods with more than one feasible node;
+    every call is answered 200 with one score per requested node, never a node it did not send."""
+    calls = 0
+    for line in cluster["ext"].record_path.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a kill -9
+        if entry.get("verb") != "prioritize":
+            continue
+        calls += 1
+        assert entry["status"] == 200, entry
+        assert [h["Host"] for h in entry["reply"]] == entry["request"]["NodeNames"], entry
+        assert all(0 <= h["Score"] <= 10 for h in entry["reply"]), entry
+    assert calls > 0, "kube-scheduler never called prioritize"
 
 
 def test_apiserver_restart_while_gangs_wait(cluster: dict[str, Any]) -> None:

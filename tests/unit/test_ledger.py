@@ -164,17 +164,62 @@ def test_rejections(w: World) -> None:
     assert full.error == "node n1 no longer has room for pod default/a-1: insufficient cpu (needs cpu=3, free cpu=1)"
 
 
-def test_first_hold_restarts_the_deadline(w: World) -> None:
+def test_each_new_member_at_the_barrier_moves_the_deadline(w: World) -> None:
     a = w.gang("a", 4)
     gang = key(a[0])
     w.ledger.admission(gang, POLICY)
     w.clock.advance(20)
     w.ledger.on_bind(a[0], "n1", POLICY)
     state = w.ledger.state(gang)
-    assert state is not None and state.deadline == w.clock.now + 30
+    assert state is not None and state.deadline == w.clock.now + 30  # the first hold starts the clock
     w.clock.advance(5)
     w.ledger.on_bind(a[1], "n2", POLICY)
-    assert state.deadline == w.clock.now + 25  # later holds do not extend it
+    assert state.deadline == w.clock.now + 30  # progress: a member new to this attempt
+    assert w.ledger.due(gang) == w.clock.now + 25  # but a[0]'s hold may wait only 30 s
+
+
+def test_a_progressing_gang_recycles_its_oldest_hold_instead_of_timing_out(w: World) -> None:
+    a = w.gang("a", 4)
+    gang = key(a[0])
+    w.ledger.admission(gang, POLICY)
+    reserved = w.mirror.reservation(gang)
+    first = w.ledger.on_bind(a[0], "n1", POLICY).hold
+    w.clock.advance(20)
+    second = w.ledger.on_bind(a[1], "n2", POLICY).hold
+    assert first is not None and second is not None
+    w.clock.advance(10)  # a[0] held 30 s; the gang's last progress 10 s ago
+    w.ledger.sweep()
+    assert first.done.is_set() and not second.done.is_set()
+    assert first.result is not None and "still gathering members (2/4 placed" in first.result
+    assert "keeps its reserved place" in first.result
+    assert w.ledger.counters == {**w.ledger.counters, "timeouts": 0, "holds_recycled": 1}
+    assert w.mirror.placement(a[0].uid) == ""
+    assert w.mirror.reservation(gang) == {node: amount for node, amount in reserved.items() if node != "n2"}, \
+        "a[0]'s slot is reserved again; a[1] holds its own"
+    # a[0] comes back (kube-scheduler retried it): held again, but that is not progress
+    again = w.ledger.on_bind(a[0], "n1", POLICY).hold
+    assert again is not None and w.ledger.state(gang).deadline == w.clock.now + 20  # type: ignore[union-attr]
+    w.clock.advance(5)
+    decisions = [w.ledger.on_bind(m, n, POLICY) for m, n in zip(a[2:], ["n3", "n4"], strict=True)]
+    assert decisions[-1].action.value == "release" and len(decisions[-1].holds) == 4
+
+
+def test_a_gang_without_new_members_times_out_even_while_holds_are_recycled(w: World) -> None:
+    a = w.gang("a", 4)
+    gang = key(a[0])
+    w.ledger.admission(gang, POLICY)
+    w.ledger.on_bind(a[0], "n1", POLICY)
+    w.clock.advance(10)
+    w.ledger.on_bind(a[1], "n2", POLICY)  # deadline: now + 30
+    w.clock.advance(20)
+    w.ledger.sweep()  # a[0] recycled
+    again = w.ledger.on_bind(a[0], "n1", POLICY).hold
+    w.clock.advance(10)  # 30 s since a[1], the last new member
+    w.ledger.sweep()
+    assert again is not None and again.done.is_set() and again.result is not None
+    assert again.result.startswith("gang default/a timed out after 30s")
+    assert w.ledger.counters["timeouts"] == 1 and w.ledger.counters["holds_recycled"] == 1
+    assert w.mirror.reservation(gang) == {}
 
 
 def test_expiry_answers_holds_releases_and_backs_off(w: World) -> None:
