@@ -37,7 +37,7 @@ class Settings:
     cache_size: int = 1_000_000            # node verdicts kept over all signatures (~150 B each); 0 disables
     cache_ttl_seconds: float = 300.0       # backstop: entries are refreshed by generation anyway
     max_body_bytes: int = 64 * 2**20
-    threads: int = 1024                    # gunicorn gthread threads: >= bind requests held at once
+    threads: int = 4096                    # gunicorn gthread threads: >= bind requests held at once
     bind_parallelism: int = 8              # API binds in flight when a gang reaches quorum
     log_level: str = "INFO"
     record_file: str | None = None         # append every request and reply as JSONL (off by default)
