@@ -452,10 +452,7 @@ class GangLedger:
                        f"{len(waiting)} member(s) held of {state.policy.min_count} needed; "
                        "released its reservation and backing off")
             for hold in waiting:
-                hold.result = message
-                self.mirror.forget(hold.pod.uid)
-                del state.holds[hold.pod.uid]
-                hold.done.set()
+                self._answer(state, hold, message)
             self._reset(state)
             state.timeouts += 1
             backoff = min(self.backoff_seconds * 2 ** (state.timeouts - 1), self.max_backoff_seconds)
@@ -467,6 +464,13 @@ class GangLedger:
             self.on_event(self.mirror.members(gang), "Warning", "GangTimeout", message)
             self.on_status(gang, GangStatus(GangPhase.WAITING, message, 0, state.policy.min_count))
 
+    def _answer(self, state: GangState, hold: Hold, error: str) -> None:
+        """Answer a held bind with ``error``: it is no longer held and its node no longer assumed."""
+        hold.result = error
+        self.mirror.forget(hold.pod.uid)
+        del state.holds[hold.pod.uid]
+        hold.done.set()
+
     def _recycle(self, state: GangState, holds: list[Hold], now: float) -> None:
         """Answer ``holds`` with a retry; their slots go back to the gang's reservation."""
         placed = len(self._placed(self.mirror.members(state.gang), state))
@@ -477,12 +481,9 @@ class GangLedger:
                    f"{self.timeout_for(state.policy):g}s, as long as one request may wait; it keeps its "
                    "reserved place and kube-scheduler retries it")
         for hold in holds:
-            hold.result = message
-            self.mirror.forget(hold.pod.uid)
-            del state.holds[hold.pod.uid]
             if state.admitted_at is not None:  # only an admitted gang holds a reservation
                 state.slots.append((hold.node, dict(hold.pod.requests)))
-            hold.done.set()
+            self._answer(state, hold, message)
         self.mirror.set_reservation(state.gang, rules.Plan(tuple(state.slots), ()).per_node())
         self.counters["holds_recycled"] += len(holds)
         log.info("%s", message)
