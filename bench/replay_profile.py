@@ -9,14 +9,15 @@ threads, as ``bench/loadtest.py --verify`` does), so every request meets the sta
 recording. No HTTP server, no other process: the time measured is the handler's own CPU, free of
 scheduling noise. Prints the filter latency by kind of request (cache hit, miss, gang admission,
 gang member steered to its reservation, waiting gang member), the time of the ``GangLedger.admission``
-calls inside those filters by outcome and, with ``--profile``, the functions cProfile saw for the
-slowest kind.
+calls inside those filters by outcome, the garbage collector's pauses during the replay (they land on
+whichever request is running) and, with ``--profile``, the functions cProfile saw for the slowest kind.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import pstats
 import sys
@@ -79,6 +80,19 @@ def time_admission(ledger: Any, times: dict[str, list[float]]) -> None:
     ledger.admission = timed
 
 
+def time_collections(pauses: dict[int, list[float]]) -> None:
+    """Record how long each garbage collection takes, by generation."""
+    started: list[float] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif started:
+            pauses[info["generation"]].append((time.perf_counter() - started[0]) * 1000)
+
+    gc.callbacks.append(callback)
+
+
 def print_table(times: dict[str, list[float]], what: str) -> None:
     print(f"| {what} | calls | share of time | p50 ms | p90 ms | p99 ms | max ms |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -110,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         rt = app.extensions["gang_extender"].runtime
         admissions: dict[str, list[float]] = defaultdict(list)
         time_admission(rt.ledger, admissions)
+        pauses: dict[int, list[float]] = defaultdict(list)
+        time_collections(pauses)
         for record in corpus.records:
             body = orjson.dumps(record["request"])
             if record["verb"] == "bind":
@@ -149,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     print_table(times, "kind of filter request")
     print("\n## GangLedger.admission inside those filters, by outcome\n")
     print_table(admissions, "admission outcome")
+    print("\n## Garbage collections during the replay (this process also holds the corpus)\n")
+    print("| generation | collections | p50 ms | max ms |")
+    print("|---:|---:|---:|---:|")
+    for generation, values in sorted(pauses.items()):
+        ordered = sorted(values)
+        print(f"| {generation} | {len(values)} | {loadtest.percentile(ordered, 50):.2f} | {ordered[-1]:.2f} |")
     if not args.profile:
         return 0
     slowest = max(times, key=lambda k: sorted(times[k])[len(times[k]) // 2])
