@@ -75,6 +75,7 @@ class Phase:
     cpu: dict[str, float] = field(default_factory=dict)
     scheduler_attempt_ms: float = float("nan")  # mean scheduling algorithm duration per attempt
     extender_ms: dict[str, float] = field(default_factory=dict)
+    extender_threads_cpu: dict[str, float] = field(default_factory=dict)  # the worker's CPU s: main loop / rest
     timeline: list[float] = field(default_factory=list)  # bind times relative to the first creation
 
     @property
@@ -102,12 +103,24 @@ def component_pids(cp: ControlPlane) -> dict[str, list[int]]:
 
 
 def cpu_seconds(pids: Sequence[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    return sum(cpu_seconds_of(f"/proc/{pid}/stat") for pid in pids)
+
+
+def worker_threads_cpu(worker: int | None) -> dict[str, float]:
+    """CPU seconds of gunicorn's main loop (the worker's main thread: accept, poll, dispatch) and of the
+    rest of the worker (request handlers, watches, Event writer, sweeper), from /proc/<pid>/task/<pid>
+    and /proc/<pid>/stat (the whole thread group)."""
+    if worker is None:
+        return {}
+    main = cpu_seconds_of(f"/proc/{worker}/task/{worker}/stat")
+    return {"main loop": main, "rest of the worker": max(cpu_seconds_of(f"/proc/{worker}/stat") - main, 0.0)}
+
+
+def cpu_seconds_of(stat_path: str) -> float:
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
 
 
 class CpuMeter:
@@ -263,6 +276,8 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
         wl.log(f"[{name}] created {len(keys)} pods in {phase.create_seconds:.1f}s with no scheduler running")
     meter = CpuMeter(cp)
     ext0 = wl.extender_metrics(ext) if ext is not None else {}
+    worker = extender_worker_pid(ext) if ext is not None else None
+    threads0 = worker_threads_cpu(worker)
     if start is not None:
         first = time.monotonic()  # scheduler start-up (~0.5 s, the same for every configuration) counts
         start()
@@ -329,8 +344,11 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
         phase.extender_ms = extender_ms(ext0, ext1)
         phase.timeouts = wl.metric(ext1, "gang_extender_gangs_timeouts_total") - wl.metric(
             ext0, "gang_extender_gangs_timeouts_total")
+        threads1 = worker_threads_cpu(worker)
+        phase.extender_threads_cpu = {k: round(threads1[k] - threads0.get(k, 0.0), 2) for k in threads1}
     wl.log(f"[{name}] {phase.bound}/{phase.pods} bound in {phase.seconds:.1f}s ({phase.pods_per_second:.0f} pods/s); "
-           f"{phase.completed_gangs}/{phase.gangs} gangs whole; {phase.partial_gangs} partial; CPU s {phase.cpu}")
+           f"{phase.completed_gangs}/{phase.gangs} gangs whole; {phase.partial_gangs} partial; CPU s {phase.cpu}"
+           + (f"; extender worker CPU s {phase.extender_threads_cpu}" if phase.extender_threads_cpu else ""))
     return phase
 
 
