@@ -265,7 +265,7 @@ def test_synced_latches_and_readiness_follows_current_watches(tmp_path: Path) ->
         assert runtime.synced() is False and runtime.readiness()[0] is False
         core[1].synced.set()
         assert runtime.synced() is False and runtime.readiness()[0] is False  # releases not resumed yet
-        runtime.resume_releases()  # no journal: nothing to finish
+        runtime.finish_start()  # no journal: nothing to finish
         assert runtime.synced() is True and runtime.readiness()[0] is True
         later["served"] = {("scheduling.k8s.io", "v1beta1", "podgroups")}  # an API appears later
         runtime.group_watches.discover()
