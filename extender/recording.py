@@ -2,13 +2,16 @@
 
 Owns: appending one line per request (verb, arrival time, status, latency, request body, reply body)
 to a file, up to a size cap, for replay load tests and post-mortems. Bodies are embedded as parsed
-JSON so a line can be replayed as is. Must not: slow requests down when disabled, or grow without
-bound (recording stops at the cap, once, with a log line).
+JSON so a line can be replayed as is. Each line goes out in one ``write(2)`` on an ``O_APPEND``
+descriptor, so a crash (kill -9) never leaves half a line for the next process to append to. Must
+not: slow requests down when disabled, or grow without bound (recording stops at the cap, once, with a
+log line).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -23,8 +26,8 @@ class RequestRecorder:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._file = self.path.open("ab")
-        self._size = self._file.tell()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
         self.records = 0
         self.full = self._size >= max_bytes
 
@@ -43,14 +46,18 @@ class RequestRecorder:
                 self.full = True
                 log.warning("request recording stopped: %s reached %d bytes", self.path, self.max_bytes)
                 return
-            self._file.write(line)
-            self._file.flush()
-            self._size += len(line)
+            try:
+                written = os.write(self._fd, line)
+            except OSError as exc:
+                self.full = True
+                log.warning("request recording stopped: %s: %s", self.path, exc)
+                return
+            self._size += written
             self.records += 1
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            os.close(self._fd)
 
 
 def _is_json(data: bytes) -> bool:
