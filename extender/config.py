@@ -161,9 +161,16 @@ def validate(settings: Settings) -> list[str]:
         problems.append(f"group-status must be on or off, got {settings.group_status!r}")
     for name in ("record_file", "release_journal"):
         path = getattr(settings, name)
-        parent = os.path.dirname(os.path.abspath(path)) if path is not None else ""
-        if path is not None and not os.path.isdir(parent):
-            problems.append(f"{name.replace('_', '-')}: directory {parent!r} does not exist")
+        if path is None:
+            continue
+        parent = os.path.dirname(os.path.abspath(path))
+        flag = name.replace('_', '-')
+        if not os.path.isdir(parent):
+            problems.append(f"{flag}: directory {parent!r} does not exist")
+        elif os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
+            problems.append(f"{flag}: {path!r} cannot be read and written")
+        elif not os.path.exists(path) and not os.access(parent, os.W_OK):
+            problems.append(f"{flag}: directory {parent!r} is not writable")
     if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
         given, missing = ("tls-cert-file", "tls-key-file") if settings.tls_key_file is None else (
             "tls-key-file", "tls-cert-file")

@@ -294,10 +294,12 @@ class Engine:
         if self.release_log is not None:
             release_id = self.release_log.opened(
                 str(gang), [(h.pod.namespace, h.pod.name, h.pod.uid, h.node) for h in holds])
-        errors = list(self._bind_pool.map(lambda h: self._bind_one(h.pod, h.node), holds))
-        self.ledger.released(gang, list(zip(holds, errors, strict=True)))
-        if self.release_log is not None:
-            self.release_log.closed(release_id)
+        try:
+            errors = list(self._bind_pool.map(lambda h: self._bind_one(h.pod, h.node), holds))
+            self.ledger.released(gang, list(zip(holds, errors, strict=True)))
+        finally:
+            if self.release_log is not None:
+                self.release_log.closed(release_id)
 
     def resume_release(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> dict[str, str]:
         """Finish a release a crash interrupted: bind each listed member (namespace, name, uid, node)
