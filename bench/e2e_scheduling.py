@@ -97,7 +97,8 @@ def component_pids(cp: ControlPlane) -> dict[str, list[int]]:
                 argv = cmdline.split(b"\0")
                 name = Path(argv[0].decode()).name
                 if name.startswith("python"):
-                    name = "gang-extender" if b"gang-extender" in cmdline else name
+                    name = "gang-extender" if b"gang-extender" in cmdline else (
+                        "noop-extender" if b"noop_extender" in cmdline else name)
                 pids.setdefault(name, []).append(int(entry.name))
     return pids
 
@@ -373,7 +374,7 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
     extender_args = [*args.extender_args.split(), *(w for w in words if w != "prioritize")]
     label = config + (f" ({' '.join(extender_args)})" if extender_args and config == "gang-extender" else "")
     label += " + prioritize" if prioritize else ""
-    gangs = config != "ceiling"
+    gangs = config not in ("ceiling", "noop-extender")  # both run the same pods without gangs
     gates = {"GangScheduling": True} if config == "in-tree" else {}
     backlog, _ = wl.e2e_plan(gangs=gangs, gang_count=args.gangs, size=args.size, contention_gangs=0,
                              namespace="backlog")
@@ -385,6 +386,7 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
     with ControlPlane(bin_dir, workdir / slug, feature_gates=gates, log=wl.log, keep=True) as cp:
         wl.add_pools(cp, args.general_nodes)
         ext = None
+        noop = None
         try:
             if config == "gang-extender":
                 ext = wl.extender_process(cp.kubeconfig, workdir / slug, args=extender_args)
@@ -392,6 +394,11 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
                 from support import scheduler_config
 
                 scheduler = scheduler_config(ext.url, prioritize=prioritize)
+            elif config == "noop-extender":
+                from support import scheduler_config
+
+                noop = NoopExtender(cp.kubeconfig, workdir / slug)
+                scheduler = scheduler_config(noop.url, prioritize=prioritize)
             else:
                 scheduler = dict(DEFAULT_SCHEDULER_CONFIG)
             watch = wl.BindWatch(cp)
@@ -432,7 +439,42 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
         finally:
             if ext is not None:
                 ext.stop()
+            if noop is not None:
+                noop.stop()
     return result
+
+
+class NoopExtender:
+    """``bench/noop_extender.py`` as a child process (its own process group), ready when constructed."""
+
+    def __init__(self, kubeconfig: str, workdir: Path) -> None:
+        import subprocess
+
+        from support import free_ports
+
+        port = free_ports(1)[0]
+        self.url = f"http://127.0.0.1:{port}"
+        with open(workdir / "noop-extender.log", "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("noop_extender.py")), "--kubeconfig", kubeconfig,
+                 "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not self._healthy():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"noop extender did not start: {tail(workdir / 'noop-extender.log')}")
+            time.sleep(0.1)
+
+    def _healthy(self) -> bool:
+        import urllib.request
+
+        with contextlib.suppress(OSError), urllib.request.urlopen(self.url + "/healthz", timeout=2) as reply:
+            return bool(reply.status == 200)
+        return False
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(15)
 
 
 # ---------------------------------------------------------------------------------------- output
