@@ -13,15 +13,14 @@ open and it has grown past a size; reading back the unfinished releases (a torn 
 Must not: decide anything about gangs or bind pods (the engine does, from what this returns), or
 raise into the release path (a journal that cannot be written is logged and the release goes on).
 
-Durability: a line is written with one ``write(2)`` on an ``O_APPEND`` descriptor, without fsync: it
-survives a crash of the process (kill -9, OOM), which is the failure this guards against; it does
-not survive the loss of the machine, where the extender's pod starts elsewhere without the file.
+Durability: lines go through ``linefile.AppendOnlyLines`` (one ``write(2)`` each, no fsync): they
+survive a crash of the process (kill -9, OOM), which is the failure this guards against, not the loss
+of the machine, where the extender's pod starts elsewhere without the file.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import orjson
+
+from extender.linefile import AppendOnlyLines
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,7 @@ class ReleaseJournal:
         self.unfinished, last_id = _read(self.path)
         self._next_id = last_id + 1
         self._open: set[int] = {release.id for release in self.unfinished}
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._size = os.fstat(self._fd).st_size
+        self._lines = AppendOnlyLines(self.path, 0o600)
 
     def opened(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> int:
         """Record a release about to start; returns its id for ``closed`` (0: not recorded)."""
@@ -83,26 +83,24 @@ class ReleaseJournal:
         with self._lock:
             self._open.discard(release_id)
             self._append({"done": release_id})
-            if not self._open and self._size >= self.compact_bytes:
+            if not self._open and self._lines.size >= self.compact_bytes:
                 try:
-                    os.ftruncate(self._fd, 0)
-                    self._size = 0
+                    self._lines.empty()
                 except OSError as exc:
                     log.warning("release journal %s: cannot empty it: %s", self.path, exc)
 
     def close(self) -> None:
         with self._lock:
-            os.close(self._fd)
+            self._lines.close()
 
     def _append(self, record: dict[str, Any]) -> bool:
         data = orjson.dumps(record) + b"\n"
         try:
-            written = os.write(self._fd, data)
+            written = self._lines.append(data)
         except OSError as exc:
             log.warning("release journal %s: write failed (%s); this release is not recoverable after a crash",
                         self.path, exc)
             return False
-        self._size += written
         return written == len(data)
 
 

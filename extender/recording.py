@@ -2,8 +2,8 @@
 
 Owns: appending one line per request (verb, arrival time, status, latency, request body, reply body)
 to a file, up to a size cap, for replay load tests and post-mortems. Bodies are embedded as parsed
-JSON so a line can be replayed as is. Each line goes out in one ``write(2)`` on an ``O_APPEND``
-descriptor, so a crash (kill -9) never leaves half a line for the next process to append to. Must
+JSON so a line can be replayed as is. Lines go through ``linefile.AppendOnlyLines``, so a crash
+(kill -9) never leaves half a line for the next process to append to. Must
 not: slow requests down when disabled, or grow without bound (recording stops at the cap, once, with a
 log line).
 """
@@ -11,12 +11,13 @@ log line).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 
 import orjson
+
+from extender.linefile import AppendOnlyLines
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +27,9 @@ class RequestRecorder:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        self._lines = AppendOnlyLines(self.path)
         self.records = 0
-        self.full = self._size >= max_bytes
+        self.full = self._lines.size >= max_bytes
 
     def record(self, verb: str, arrival: float, status: int, latency: float, request: bytes, reply: bytes) -> None:
         if self.full:
@@ -42,22 +42,21 @@ class RequestRecorder:
                              "latency_seconds": round(latency, 6), "request": request_json,
                              "reply": orjson.Fragment(reply)}) + b"\n"
         with self._lock:
-            if self._size + len(line) > self.max_bytes:
+            if self._lines.size + len(line) > self.max_bytes:
                 self.full = True
                 log.warning("request recording stopped: %s reached %d bytes", self.path, self.max_bytes)
                 return
             try:
-                written = os.write(self._fd, line)
+                self._lines.append(line)
             except OSError as exc:
                 self.full = True
                 log.warning("request recording stopped: %s: %s", self.path, exc)
                 return
-            self._size += written
             self.records += 1
 
     def close(self) -> None:
         with self._lock:
-            os.close(self._fd)
+            self._lines.close()
 
 
 def _is_json(data: bytes) -> bool:

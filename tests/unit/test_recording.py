@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from extender import recording
+from extender import linefile
 from extender.recording import RequestRecorder
 
 
@@ -21,7 +21,7 @@ def test_each_line_is_one_write_so_a_crash_cannot_leave_half_a_line(tmp_path: Pa
         writes.append(len(data))
         return real_write(fd, data)
 
-    monkeypatch.setattr(recording.os, "write", counting_write)
+    monkeypatch.setattr(linefile.os, "write", counting_write)
     recorder = RequestRecorder(tmp_path / "r.jsonl", max_bytes=10 * 2**20)
     names = [f"node-{i}" for i in range(20_000)]  # a ~250 KB body: many buffer sizes
     body = json.dumps({"NodeNames": names}).encode()

@@ -70,8 +70,8 @@ def test_the_file_is_emptied_once_large_and_no_release_is_open(tmp_path: Path) -
 
 def test_a_failed_write_does_not_stop_the_release(tmp_path: Path) -> None:
     journal = ReleaseJournal(tmp_path / "releases.jsonl")
-    os.close(journal._fd)
-    journal._fd = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
+    os.close(journal._lines._fd)
+    journal._lines._fd = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
     assert journal.opened("ns/a", [JournalPod("ns", "p", "u", "n")]) == 0
     journal.closed(0)
     journal.close()
