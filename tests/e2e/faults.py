@@ -85,27 +85,9 @@ def binding_figures(cp: ControlPlane, ns: str, sampler: Sampler, record_path: Pa
     }
 
 
-def partial_runs(sampler: Sampler, gang: str, size: int) -> list[tuple[float, float]]:
-    """(first, last) sample time of every run of samples in which the gang had some but not all members
-    bound."""
-    runs: list[tuple[float, float]] = []
-    start = last = None
-    for at, sample in sampler.samples:
-        count = sum(1 for p in sample if p.startswith(gang + "-"))
-        if 0 < count < size:
-            start = at if start is None else start
-            last = at
-        elif start is not None and last is not None:
-            runs.append((start, last))
-            start = last = None
-    if start is not None and last is not None:
-        runs.append((start, last))
-    return runs
-
-
 def partial_seconds(sampler: Sampler, gang: str, size: int) -> float:
     """The longest time the gang was seen with some but not all members bound."""
-    return round(max((last - first for first, last in partial_runs(sampler, gang, size)), default=0.0), 1)
+    return round(max((last - first for first, last in sampler.partial_runs(gang + "-", size)), default=0.0), 1)
 
 
 def partial_while_up(runs: list[tuple[float, float]], outages: list[tuple[float, float]]) -> float:
@@ -196,7 +178,7 @@ def kill_during_gangs(cp: ControlPlane, ext: Extender, ns: str, *, kills: int, s
     # and no process can finish the release meanwhile. What must not happen is that it stays partial once
     # the extender is back: with --release-journal the restarted extender binds the rest before it is
     # ready. Partial gang = partial for longer than the sampler's grace (2 s) while the extender was up.
-    runs = {g: partial_runs(sampler, g, size) for g, size in gangs.items()}
+    runs = {g: sampler.partial_runs(g + "-", size) for g, size in gangs.items()}
     while_up = {g: partial_while_up(r, outages) for g, r in runs.items() if r}
     figures.update(partial_gangs=sorted(g for g, seconds in while_up.items() if seconds > 2.0),
                    partial_seen=sorted(while_up),
@@ -257,7 +239,7 @@ def kill_mid_release(cp: ControlPlane, ext: Extender, ns: str, *, rounds: int, l
         ext.args = normal_args
         ext.start()
     figures = binding_figures(cp, ns, sampler, ext.record_path, gangs)
-    runs = {g: partial_runs(sampler, g, n) for g, n in gangs.items()}
+    runs = {g: sampler.partial_runs(g + "-", n) for g, n in gangs.items()}
     while_up = {g: partial_while_up(r, outages) for g, r in runs.items() if r}
     figures.update(rounds=rounds, releases_cut=cut, whole_after_ready_seconds=whole_after_ready,
                    partial_gangs=sorted(g for g, seconds in while_up.items() if seconds > 2.0),

@@ -201,19 +201,26 @@ class Sampler:
     def max_bound(self, prefix: str) -> int:
         return max((sum(1 for n in s if n.startswith(prefix)) for _, s in self.samples), default=0)
 
-    def partial(self, prefix: str, min_count: int, grace: float = 2.0) -> list[tuple[float, int]]:
-        """(time, bound count) of samples in a run of partial binding lasting longer than ``grace``."""
-        bad: list[tuple[float, int]] = []
-        run_start: float | None = None
+    def partial_runs(self, prefix: str, min_count: int) -> list[tuple[float, float]]:
+        """(first, last) sample time of every run of samples in which the pods ``prefix*`` were bound but
+        fewer than ``min_count``."""
+        runs: list[tuple[float, float]] = []
+        first = last = None
         for at, sample in self.samples:
             count = sum(1 for name in sample if name.startswith(prefix))
             if 0 < count < min_count:
-                run_start = at if run_start is None else run_start
-                if at - run_start > grace:
-                    bad.append((at, count))
-            else:
-                run_start = None
-        return bad
+                first = at if first is None else first
+                last = at
+            elif first is not None and last is not None:
+                runs.append((first, last))
+                first = last = None
+        if first is not None and last is not None:
+            runs.append((first, last))
+        return runs
+
+    def partial(self, prefix: str, min_count: int, grace: float = 2.0) -> list[tuple[float, float]]:
+        """The runs of partial binding that lasted longer than ``grace``."""
+        return [(first, last) for first, last in self.partial_runs(prefix, min_count) if last - first > grace]
 
 
 @contextlib.contextmanager
