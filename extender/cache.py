@@ -20,33 +20,27 @@ from cachetools import TTLCache
 
 FIT = ""
 """Verdict: the pod fits the node."""
-FIT_RESERVED = "\x00reserved"
-"""Verdict: the pod fits inside its own gang's reservation on the node (preferred)."""
 
 
 @dataclass(slots=True)
 class NodeVerdicts:
-    """Verdicts for one signature. ``fit`` and ``reserved`` index ``verdicts`` for the fast path."""
+    """Verdicts for one signature, as for a pod of no gang (a gang's own reservation is evaluated
+    outside the cache). ``fit`` indexes ``verdicts`` for the fast path."""
 
     generation: int
-    verdicts: dict[str, str] = field(default_factory=dict)  # node -> FIT, FIT_RESERVED or a reason
+    verdicts: dict[str, str] = field(default_factory=dict)  # node -> FIT or a reason
     fit: set[str] = field(default_factory=set)
-    reserved: set[str] = field(default_factory=set)
     weighed: int = -1  # len(verdicts) when last stored; a stored entry that has not grown needs no put
     all_fit_names: list[str] | None = None  # a request list whose every node fits (see engine)
     all_fit_misses: int = 0  # consecutive requests that did not equal all_fit_names
 
     def record(self, node: str, verdict: str) -> None:
         self.verdicts[node] = verdict
-        if verdict in (FIT, FIT_RESERVED):
+        if verdict == FIT:
             self.fit.add(node)
         else:
             self.fit.discard(node)
             self.all_fit_names = None
-        if verdict == FIT_RESERVED:
-            self.reserved.add(node)
-        else:
-            self.reserved.discard(node)
 
 
 def _weight(entry: NodeVerdicts) -> int:

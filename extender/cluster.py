@@ -50,6 +50,7 @@ class ClusterMirror:
         self._group_meta: dict[GroupRef, GroupMeta] = {}
         self._policy_changes: set[GroupRef] = set()  # groups whose gang policy changed, for the ledger
         self._reserved: dict[str, dict[GangKey, Resources]] = {}  # node -> gang -> reserved
+        self._reserved_nodes: dict[GangKey, set[str]] = {}  # gang -> nodes it reserves on (index of _reserved)
         self.rejected_objects = 0  # objects too malformed to mirror (counted, logged by the caller)
 
     # ----------------------------------------------------------------------------------- changes
@@ -322,13 +323,12 @@ class ClusterMirror:
     def set_reservation(self, gang: GangKey, per_node: Mapping[str, Resources]) -> None:
         """Replace what ``gang`` holds in reserve on each node (empty mapping: release all)."""
         with self.lock:
-            for node in list(self._reserved):
+            for node in self._reserved_nodes.pop(gang, set()).difference(per_node):
                 by_gang = self._reserved[node]
-                if gang in by_gang and node not in per_node:
-                    del by_gang[gang]
-                    if not by_gang:
-                        del self._reserved[node]
-                    self._touch(node)
+                del by_gang[gang]
+                if not by_gang:
+                    del self._reserved[node]
+                self._touch(node)
             for node, amount in per_node.items():
                 by_gang = self._reserved.setdefault(node, {})
                 if by_gang.get(gang) != amount:
@@ -339,10 +339,18 @@ class ClusterMirror:
                     self._touch(node)
                 if not by_gang:
                     del self._reserved[node]
+            nodes = {node for node, amount in per_node.items() if amount}
+            if nodes:
+                self._reserved_nodes[gang] = nodes
 
     def reservation(self, gang: GangKey) -> dict[str, Resources]:
         with self.lock:
-            return {node: dict(by[gang]) for node, by in self._reserved.items() if gang in by}
+            return {node: dict(self._reserved[node][gang]) for node in self._reserved_nodes.get(gang, ())}
+
+    def reserved_nodes(self, gang: GangKey) -> frozenset[str]:
+        """The nodes where ``gang`` holds a reservation."""
+        with self.lock:
+            return frozenset(self._reserved_nodes.get(gang, ()))
 
     # ---------------------------------------------------------------------------------- capacity
     def free(self, node: str, for_gang: GangKey | None, *, include_own_reservation: bool = True) -> Resources:

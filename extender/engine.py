@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from extender import gang as rules
-from extender.cache import FIT, FIT_RESERVED, FilterCache, NodeVerdicts
+from extender.cache import FIT, FilterCache, NodeVerdicts
 from extender.cluster import ClusterMirror
 from extender.fit import Placement, placement_failure, placement_from_spec, shortfall
 from extender.groups import GroupError, pod_link
@@ -32,6 +32,12 @@ from extender.records import RecordError, pod_record
 from extender.signature import signature
 
 log = logging.getLogger(__name__)
+
+FIT_RESERVED = "\x00reserved"
+"""Verdict (never cached): the member fits inside its own gang's reservation on the node (preferred)."""
+
+FILTER_SWEEP_INTERVAL = 0.05
+"""Seconds between two walks over every gang (expiry, back-off ends) triggered by filter requests."""
 
 ALL_FIT_RETRIES = 8
 """Mismatches with a signature's remembered all-fit node list before a newer list replaces it."""
@@ -103,7 +109,7 @@ class Engine:
             link = pod_link(args.pod)
         except GroupError as exc:
             return _all_failed(args.node_names, Verdict(Code.WAIT_UNRESOLVABLE, f"invalid gang: {exc}"))
-        self.ledger.sweep()
+        self.ledger.sweep(min_interval=FILTER_SWEEP_INTERVAL)
         gang: GangKey | None = None
         if link is not None:  # only gang members need the full record before the cache lookup
             pod = facts.record
@@ -121,49 +127,71 @@ class Engine:
         return result
 
     def _node_verdicts(self, args: FilterArgs, facts: _PodFacts, gang: GangKey | None) -> FilterResult:
+        """Per-node verdicts for the request's nodes, from the cache where the pod's signature allows.
+
+        The cached verdicts are those of the pod as if it belonged to no gang, so members of different
+        gangs with the same spec share them: the only thing a gang changes is that its own reservation
+        counts as room, and the nodes holding it (a handful) are evaluated here, outside the cache. A
+        member that fits inside its reservation on any requested node is steered there: the reply
+        lists only those nodes, and nodes left out only for steering appear in neither map
+        (kube-scheduler reads failure reasons only when no node is feasible).
+        """
         names = args.node_names
-        key = signature(args.pod, gang)
+        key = signature(args.pod)
         with self.mirror.lock:
             self._learn_unknown_nodes(args)
-            entry = self._fresh_entry(key, facts, gang)
-            fit, verdicts = entry.fit, entry.verdicts
-            # Fast path. kube-scheduler with percentageOfNodesToScore 100 sends the same list in the
-            # same order call after call: comparing with a remembered all-fit list (memcmp, no hashing)
-            # is 2.5x cheaper than the set pass that otherwise proves every name known and fitting.
-            # The remembered list is replaced only after repeated mismatches (a rotating order), as
-            # freeing 5,000 strings per request would cost more than the comparison saves.
-            all_fit = names == entry.all_fit_names
-            if not all_fit:
-                try:
-                    all_fit = fit.issuperset(names)
-                except TypeError:  # an unhashable element: not a node name
-                    all_fit = False
-                entry.all_fit_misses += 1
-                if all_fit and (entry.all_fit_names is None or entry.all_fit_misses >= ALL_FIT_RETRIES):
-                    entry.all_fit_names, entry.all_fit_misses = names, 0
-            else:
-                entry.all_fit_misses = 0
-            if not all_fit:
-                check_node_names(names)
-                for name in names:
-                    if name not in verdicts:
-                        entry.record(name, self._verdict(name, facts, gang))
-            if gang is not None and entry.reserved and not entry.reserved.isdisjoint(names):
-                # Steer the member to its gang's reservation. Nodes left out only for steering appear
-                # in neither map: kube-scheduler reads failure reasons only when no node is feasible.
-                reserved = entry.reserved
-                feasible = [n for n in names if n in reserved]
-                failed = {} if all_fit else {n: verdicts[n] for n in names if n not in fit}
-            elif all_fit:
+            own = self._own_reservation_verdicts(names, facts, gang)
+            if FIT_RESERVED in own.values():
+                return FilterResult([n for n in names if own.get(n) == FIT_RESERVED], {}, {})
+            entry = self._fresh_entry(key, facts)
+            if not own and self._all_fit(entry, names):
                 feasible, failed = names, {}  # the request's own list: every name fits
             else:
-                feasible = [n for n in names if n in fit]
-                failed = {n: verdicts[n] for n in names if n not in fit}
+                check_node_names(names)
+                verdicts = entry.verdicts
+                for name in names:
+                    if name not in verdicts and name not in own:
+                        entry.record(name, self._verdict(name, facts, None))
+                verdict_of = {**verdicts, **own} if own else verdicts
+                feasible = [n for n in names if verdict_of[n] == FIT]
+                failed = {n: verdict_of[n] for n in names if verdict_of[n] != FIT}
         if key is not None:
             self.cache.put(key, entry)
         return FilterResult(feasible, failed, {})
 
-    def _fresh_entry(self, key: bytes | None, facts: _PodFacts, gang: GangKey | None) -> NodeVerdicts:
+    @staticmethod
+    def _all_fit(entry: NodeVerdicts, names: list[Any]) -> bool:
+        """Whether every requested name is a node the entry knows to fit (which also proves each one a
+        valid node name).
+
+        kube-scheduler with percentageOfNodesToScore 100 sends the same list in the same order call
+        after call: comparing with a remembered all-fit list (memcmp, no hashing) is 2.5x cheaper than
+        the set pass that otherwise proves every name known and fitting. The remembered list is
+        replaced only after repeated mismatches (a rotating order), as freeing 5,000 strings per
+        request would cost more than the comparison saves."""
+        if names == entry.all_fit_names:
+            entry.all_fit_misses = 0
+            return True
+        try:
+            all_fit = entry.fit.issuperset(names)
+        except TypeError:  # an unhashable element: not a node name
+            return False
+        entry.all_fit_misses += 1
+        if all_fit and (entry.all_fit_names is None or entry.all_fit_misses >= ALL_FIT_RETRIES):
+            entry.all_fit_names, entry.all_fit_misses = names, 0
+        return all_fit
+
+    def _own_reservation_verdicts(self, names: list[Any], facts: _PodFacts, gang: GangKey | None) -> dict[str, str]:
+        """Verdicts, with the gang's own reservation counted as room, for the requested nodes that hold
+        some of it (under mirror.lock); empty for a pod of no gang or a gang without a reservation."""
+        if gang is None:
+            return {}
+        reserved = self.mirror.reserved_nodes(gang)
+        if not reserved:
+            return {}
+        return {n: self._verdict(n, facts, gang) for n in check_node_names(names) if n in reserved}
+
+    def _fresh_entry(self, key: bytes | None, facts: _PodFacts) -> NodeVerdicts:
         """The cached verdicts for ``key``, refreshed to the mirror's generation (under mirror.lock)."""
         generation = self.mirror.generation
         if key is None:
@@ -182,7 +210,7 @@ class Engine:
                 return NodeVerdicts(generation)
             for name in changed:
                 if name in entry.verdicts:
-                    entry.record(name, self._verdict(name, facts, gang))
+                    entry.record(name, self._verdict(name, facts, None))
                     refreshed += 1
             entry.generation = generation
         self.cache.count(hit=True, refreshed=refreshed)

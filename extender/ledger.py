@@ -121,6 +121,7 @@ class GangLedger:
         self._verdicts: dict[GangKey, str] = {}  # last waiting message of gangs the ledger has no state for
         self._blocked: dict[str, PodRecord] = {}  # pods rejected until capacity frees up
         self._rejected: dict[GangKey, set[str]] = {}  # members a gang rule rejected: woken at admission
+        self._swept_at = float("-inf")  # when sweep last walked every gang
         self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0,
                          "releases_resumed": 0, "holds_recycled": 0}
 
@@ -488,11 +489,19 @@ class GangLedger:
         self.counters["holds_recycled"] += len(holds)
         log.info("%s", message)
 
-    def sweep(self) -> None:
-        """Follow policy changes, expire overdue gangs and forget gangs with no members left."""
+    def sweep(self, min_interval: float = 0.0) -> None:
+        """Follow policy changes, expire overdue gangs and forget gangs with no members left.
+
+        The walk over every gang is skipped if one ran less than ``min_interval`` ago: a filter
+        sweeps with a short interval, as walking hundreds of admitted gangs on every request was a
+        third of the filter's time in a backlog (held binds expire themselves at their deadline, and
+        the background tick sweeps every second in any case)."""
         with self.lock:
             self._follow_policy_changes()
             now = self.clock()
+            if now - self._swept_at < min_interval:
+                return
+            self._swept_at = now
             for gang, state in list(self._gangs.items()):
                 due = self._due(state)
                 if due is not None and now >= due:

@@ -3,8 +3,9 @@
 Owns: deciding which pods are interchangeable for the extender's filter, after KEP-5598's
 opportunistic batching: canonical JSON of the fields that decide feasibility (scheduler name,
 container/init/overhead resources, nodeSelector and node affinity, tolerations, nodeName, host ports,
-volumes other than ConfigMap/Secret/projected/downwardAPI/emptyDir, and the gang the pod belongs to,
-because gang reservations change what a node can take), hashed with blake2b. Must not: cache
+volumes other than ConfigMap/Secret/projected/downwardAPI/emptyDir), hashed with blake2b. The gang a
+pod belongs to is not part of it: the engine evaluates the nodes holding a gang's own reservation
+outside the cache, so members of different gangs with the same spec share results. Must not: cache
 anything or look at the cluster.
 
 Pods whose feasibility depends on other pods (inter-pod affinity, explicit topology spread) or on
@@ -19,8 +20,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-
-from extender.model import GangKey
 
 _SYNTHETIC_VOLUMES = frozenset({"configMap", "secret", "projected", "downwardAPI", "emptyDir"})
 
@@ -51,7 +50,7 @@ def unsignable_reason(spec: Mapping[str, Any]) -> str | None:
     return None
 
 
-def signature(pod: Mapping[str, Any], gang: GangKey | None) -> bytes | None:
+def signature(pod: Mapping[str, Any]) -> bytes | None:
     """A 16-byte digest shared by pods the filter treats identically, or None if unsignable."""
     spec = pod.get("spec")
     if not isinstance(spec, dict):
@@ -75,8 +74,6 @@ def signature(pod: Mapping[str, Any], gang: GangKey | None) -> bytes | None:
         else tolerations,
         "nodeName": spec.get("nodeName"),
         "volumes": [{k: v for k, v in vol.items() if k != "name"} for vol in volumes],
-        "gang": None if gang is None else [gang.group.kind.value, gang.group.namespace, gang.group.name,
-                                           gang.group.pod_group, gang.replica],
     }
     try:
         blob = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)

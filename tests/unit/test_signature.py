@@ -8,10 +8,7 @@ from typing import Any
 
 import pytest
 
-from extender.model import GangKey, GroupKind, GroupRef
 from extender.signature import signature, unsignable_reason
-
-GANG = GangKey(GroupRef(GroupKind.WORKLOAD, "ns", "train", "workers"))
 
 
 def base_pod() -> dict[str, Any]:
@@ -33,8 +30,8 @@ def base_pod() -> dict[str, Any]:
     }
 
 
-def sig(pod: dict[str, Any], gang: GangKey | None = None) -> bytes | None:
-    return signature(pod, gang)
+def sig(pod: dict[str, Any]) -> bytes | None:
+    return signature(pod)
 
 
 Mutation = Callable[[dict[str, Any]], None]
@@ -80,7 +77,6 @@ def test_signature_is_a_16_byte_digest() -> None:
 
 def test_signature_is_deterministic() -> None:
     assert sig(base_pod()) == sig(base_pod())
-    assert sig(base_pod(), GANG) == sig(base_pod(), GANG)
 
 
 @pytest.mark.parametrize(
@@ -117,7 +113,6 @@ def test_interchangeable_pods_share_a_signature(mutate: Mutation) -> None:
     pod = base_pod()
     mutate(pod)
     assert sig(pod) == sig(base_pod())
-    assert sig(pod, GANG) == sig(base_pod(), GANG)
 
 
 def test_config_and_secret_volumes_are_ignored_entirely() -> None:
@@ -167,20 +162,16 @@ def test_pvc_volumes_are_counted() -> None:
     assert len({sig(base_pod()), sig(other_claim), sig(no_claim)}) == 3
 
 
-def test_gang_is_part_of_the_signature() -> None:
-    pod = base_pod()
-    gangs = [
-        None,
-        GANG,
-        GangKey(GroupRef(GroupKind.WORKLOAD, "ns", "train", "workers"), "1"),
-        GangKey(GroupRef(GroupKind.WORKLOAD, "ns", "train", "driver")),
-        GangKey(GroupRef(GroupKind.WORKLOAD, "other", "train", "workers")),
-        GangKey(GroupRef(GroupKind.COSCHEDULING, "ns", "train")),
-        GangKey(GroupRef(GroupKind.ANNOTATION, "ns", "train")),
-    ]
-    signatures = [sig(pod, gang) for gang in gangs]
-    assert None not in signatures
-    assert len(set(signatures)) == len(gangs)
+def test_the_gang_is_not_part_of_the_signature() -> None:
+    """Members of different gangs with the same spec share results; the engine evaluates the nodes
+    holding a gang's own reservation outside the cache (tests/unit/test_engine.py)."""
+    member = base_pod()
+    member["spec"]["workloadRef"] = {"name": "train", "podGroup": "workers"}
+    other = copy.deepcopy(member)
+    other["spec"]["workloadRef"] = {"name": "eval", "podGroup": "workers", "podGroupReplicaKey": "1"}
+    annotated = base_pod()
+    annotated["metadata"]["annotations"]["gang-extender.io/group"] = "train"
+    assert sig(member) == sig(other) == sig(annotated) == sig(base_pod())
 
 
 def test_missing_or_junk_spec_is_still_signable() -> None:
@@ -211,7 +202,6 @@ def test_unsignable_pods(spec_update: dict[str, Any], reason: str) -> None:
     pod["spec"].update(spec_update)
     assert unsignable_reason(pod["spec"]) == reason
     assert sig(pod) is None
-    assert sig(pod, GANG) is None
 
 
 @pytest.mark.parametrize(
@@ -235,7 +225,7 @@ def test_empty_inter_pod_constraints_stay_signable(spec_update: dict[str, Any]) 
 def test_signature_does_not_mutate_the_pod() -> None:
     pod = base_pod()
     before = copy.deepcopy(pod)
-    sig(pod, GANG)
+    sig(pod)
     assert pod == before
 
 
