@@ -19,8 +19,8 @@ What it does:
 4. waits until the extender's mirror holds every pod, then takes the **snapshot** (a Kubernetes
    ``List`` of Nodes, Pods and Workloads, trimmed of fields the extender never reads): the state the
    extender had when the first request arrived;
-5. starts kube-scheduler with the shipped configuration (``manifests/scheduler-config.yaml``),
-   removes the gates in plan order (so a gang's members reach the scheduler together, as when a
+5. starts kube-scheduler with the shipped configuration (``manifests/scheduler-config.yaml``) plus
+   the optional prioritize verb (so the corpus holds all three verbs), removes the gates in plan order (so a gang's members reach the scheduler together, as when a
    controller creates a job; released all at once, the scheduler's queue would be in random order,
    see docs/performance.md "A backlog of gangs") and records until every pod that can be placed is
    bound, then ``--linger`` seconds more (retries of the losing contention gangs); stops the
@@ -159,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def scheduler_config(url: str) -> dict[str, object]:
+    """The shipped configuration with the optional prioritize verb configured too."""
     from support import scheduler_config as shipped
 
-    return shipped(url)
+    return shipped(url, prioritize=True)
 
 
 def rates(arrivals: list[float]) -> dict[str, float]:
