@@ -21,7 +21,6 @@ import orjson
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 log = logging.getLogger(__name__)
@@ -38,8 +37,6 @@ class KubeError(Exception):
 def _failure(exc: BaseException) -> KubeError:
     if isinstance(exc, KubeError):
         return exc
-    if isinstance(exc, ApiException):
-        return KubeError(f"API error {exc.status}: {exc.reason}", int(exc.status or 0))
     return KubeError(f"{type(exc).__name__}: {exc}")
 
 
@@ -80,7 +77,15 @@ class KubeClient:
         except (ConfigException, OSError) as exc:
             raise KubeError(f"cannot load Kubernetes credentials: {exc}") from None
         configuration.connection_pool_maxsize = 32
+        self._configuration = configuration
         self._api = k8s_client.ApiClient(configuration)
+        manager = self._api.rest_client.pool_manager
+        self._pool: urllib3.PoolManager | urllib3.HTTPConnectionPool
+        if type(manager) is urllib3.PoolManager:  # no proxy: the API server's own pool, URLs by path
+            prefix = urllib3.util.parse_url(configuration.host).path or ""  # e.g. a Rancher-proxied server
+            self._pool, self._host = manager.connection_from_url(configuration.host), prefix.rstrip("/")
+        else:  # a proxy manager needs absolute URLs on every request
+            self._pool, self._host = manager, configuration.host
         self.server = configuration.host
 
     def close(self) -> None:
@@ -90,23 +95,31 @@ class KubeClient:
     def _call(self, method: str, path: str, query: Mapping[str, Any] | None = None,
               body: Any = None, timeout: float | tuple[float, float] = 30.0,
               content_type: str = "application/json") -> Any:
-        """One request; returns the urllib3 response with its body unread."""
-        url_path = path + ("?" + urlencode(query) if query else "")
+        """One request; returns the urllib3 response with its body unread.
+
+        Straight to the client's urllib3 pool (its TLS, proxy and credentials): the generated client's
+        request pipeline (parameter sanitising, stdlib JSON, response wrapping) cost ~0.3 ms of CPU per
+        Binding, a third of the call, and one Binding is made per scheduled pod."""
+        url = self._host + path + ("?" + urlencode(query) if query else "")
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        # The client's one auth setting: a bearer token (its refresh hook renews an expiring one).
+        token = self._configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+        if token:
+            headers["Authorization"] = token
+        limit = (urllib3.Timeout(connect=timeout[0], read=timeout[1]) if isinstance(timeout, tuple)
+                 else urllib3.Timeout(total=timeout))
         try:
-            method_, url, headers, body_, post = self._api.param_serialize(
-                method, url_path, header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body, auth_settings=["BearerToken"])
-            response = self._api.call_api(method_, url, headers, body_, post, _request_timeout=timeout)
-        except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raw = self._pool.urlopen(method, url, body=None if body is None else orjson.dumps(body),
+                                     headers=headers, timeout=limit, preload_content=False)
+        except (urllib3.exceptions.HTTPError, OSError, ValueError, TypeError) as exc:
             raise _failure(exc) from None
-        raw = response.response
-        if response.status >= 300:
+        if raw.status >= 300:
             data = raw.read()
             raw.release_conn()
-            message = response.reason
+            message = raw.reason
             with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
                 message = orjson.loads(data).get("message") or message
-            raise KubeError(f"{method} {path}: {response.status} {message}", response.status)
+            raise KubeError(f"{method} {path}: {raw.status} {message}", raw.status)
         return raw
 
     def request(self, method: str, path: str, query: Mapping[str, Any] | None = None,

@@ -20,9 +20,10 @@ What it does:
    ``List`` of Nodes, Pods and Workloads, trimmed of fields the extender never reads): the state the
    extender had when the first request arrived;
 5. starts kube-scheduler with the shipped configuration (``manifests/scheduler-config.yaml``) plus
-   the optional prioritize verb (so the corpus holds all three verbs), removes the gates in plan order (so a gang's members reach the scheduler together, as when a
-   controller creates a job; released all at once, the scheduler's queue would be in random order,
-   see docs/performance.md "A backlog of gangs") and records until every pod that can be placed is
+   the optional prioritize verb (so the corpus holds all three verbs), removes the gates in plan
+   order (so a gang's members reach the scheduler together, as when a controller creates a job;
+   released all at once, the scheduler's queue would be in random order, see docs/performance.md
+   "A backlog of gangs") and records until every pod that can be placed is
    bound, then ``--linger`` seconds more (retries of the losing contention gangs); stops the
    scheduler, then the extender;
 6. writes ``requests.jsonl.gz`` (the recorder's lines, verbs ``--verbs``, sorted by arrival),
