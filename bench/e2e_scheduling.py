@@ -364,16 +364,22 @@ def settle(ext: Any, timeout: float = 90.0) -> None:
     wl.log(f"[extender] still holding binds after {timeout:.0f}s; the next phase's counters include them")
 
 
+PSEUDO_FLAGS = ("prioritize", "bind-only")
+
+
 def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """One configuration on a fresh control plane. ``gang-extender:--flag=value,...`` adds serve flags;
     the pseudo-flag ``prioritize`` adds the extender's prioritize verb to kube-scheduler's configuration
-    (the shipped one has only filter and bind)."""
+    (the shipped one has only filter and bind), ``bind-only`` removes its filter verb (for
+    ``noop-extender``: what the bind round trip alone costs; gang-extender is not meant to run so)."""
     config, _, flags = config.partition(":")
     words = flags.replace("=", " ").replace(",", " ").split()
     prioritize = "prioritize" in words
-    extender_args = [*args.extender_args.split(), *(w for w in words if w != "prioritize")]
+    bind_only = "bind-only" in words
+    extender_args = [*args.extender_args.split(), *(w for w in words if w not in PSEUDO_FLAGS)]
     label = config + (f" ({' '.join(extender_args)})" if extender_args and config == "gang-extender" else "")
     label += " + prioritize" if prioritize else ""
+    label += ", bind only" if bind_only else ""
     gangs = config not in ("ceiling", "noop-extender")  # both run the same pods without gangs
     gates = {"GangScheduling": True} if config == "in-tree" else {}
     backlog, _ = wl.e2e_plan(gangs=gangs, gang_count=args.gangs, size=args.size, contention_gangs=0,
@@ -401,6 +407,9 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
                 scheduler = scheduler_config(noop.url, prioritize=prioritize)
             else:
                 scheduler = dict(DEFAULT_SCHEDULER_CONFIG)
+            if bind_only:  # kube-scheduler calls the extender only to bind
+                for extender in scheduler.get("extenders", []):
+                    extender.pop("filterVerb", None)
             watch = wl.BindWatch(cp)
             backlog_keys = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in backlog.pods]
             try:

@@ -47,7 +47,9 @@ def kind_of(app: Any, record: dict[str, Any], before: dict[str, int], after: dic
     if pod.get("spec", {}).get("workloadRef"):
         if not record["reply"].get("NodeNames"):
             return "gang member, told to wait"
-        return "gang member, steered to its reservation" if d["hits"] else "gang member, cache miss"
+        if not d["hits"] and not d["misses"]:  # steering looks at the reservation's nodes only
+            return "gang member, steered to its reservation"
+        return "gang member, cache hit" if d["hits"] else "gang member, cache miss"
     if d["unsignable"]:
         return "plain pod, unsignable (anti-affinity)"
     return "plain pod, cache hit" if d["hits"] else "plain pod, cache miss"

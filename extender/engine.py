@@ -6,7 +6,8 @@ verdicts) and a Binder (the seam to the API server or to the snapshot). Must not
 JSON, import Flask or kubernetes, or call the API server except through ``Binder`` in ``bind``.
 
 Hot path (filter): one signature, one cache lookup, a refresh of only the nodes changed since the
-cached entry, then one C-level membership pass over the request's node names.
+cached entry, then one C-level membership pass over the request's node names. An admitted gang member
+is steered to its reservation before any of that, evaluating only the nodes that hold it.
 """
 
 from __future__ import annotations
@@ -141,8 +142,10 @@ class Engine:
         with self.mirror.lock:
             self._learn_unknown_nodes(args)
             own = self._own_reservation_verdicts(names, facts, gang)
-            if FIT_RESERVED in own.values():
-                return FilterResult([n for n in names if own.get(n) == FIT_RESERVED], {}, {})
+            steered = [node for node, verdict in own.items() if verdict == FIT_RESERVED]
+            if steered:
+                steered.sort(key=names.index)  # in the request's order (a few C-level scans)
+                return FilterResult(steered, {}, {})
             entry = self._fresh_entry(key, facts)
             if not own and self._all_fit(entry, names):
                 feasible, failed = names, {}  # the request's own list: every name fits
@@ -189,7 +192,7 @@ class Engine:
         reserved = self.mirror.reserved_nodes(gang)
         if not reserved:
             return {}
-        return {n: self._verdict(n, facts, gang) for n in check_node_names(names) if n in reserved}
+        return {n: self._verdict(n, facts, gang) for n in reserved.intersection(check_node_names(names))}
 
     def _fresh_entry(self, key: bytes | None, facts: _PodFacts) -> NodeVerdicts:
         """The cached verdicts for ``key``, refreshed to the mirror's generation (under mirror.lock)."""
