@@ -83,6 +83,7 @@ class Engine:
         self.binder = binder
         self.clock = clock
         self.release_log = release_log
+        self.steered = 0  # filter requests answered with the nodes of the member's own reservation
         self._bind_pool = ThreadPoolExecutor(max_workers=max(1, bind_parallelism),
                                              thread_name_prefix="gang-bind")
         ledger.on_release = self._release_in_background
@@ -145,6 +146,7 @@ class Engine:
             steered = [node for node, verdict in own.items() if verdict == FIT_RESERVED]
             if steered:
                 steered.sort(key=names.index)  # in the request's order (a few C-level scans)
+                self.steered += 1
                 return FilterResult(steered, {}, {})
             entry = self._fresh_entry(key, facts)
             if not own and self._all_fit(entry, names):

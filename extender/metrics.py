@@ -43,6 +43,9 @@ class _StateCollector:
             ("refreshed_nodes", stats["refreshed_nodes"], "Node verdicts recomputed in cached entries"),
         ):
             yield CounterMetricFamily(f"gang_extender_filter_cache_{name}", text, value=value)
+        yield CounterMetricFamily("gang_extender_filter_steered",
+                                  "Filter requests of gang members answered with the nodes of their gang's "
+                                  "reservation, without a cache lookup", value=rt.engine.steered)
         flushes = CounterMetricFamily("gang_extender_filter_cache_flushes",
                                       "Cache entries dropped, by reason", labels=["reason"])
         for reason in rt.cache.REASONS:

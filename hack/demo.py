@@ -91,7 +91,8 @@ def main() -> int:
             print(f"  gangs admitted {metrics.get('gang_extender_gangs_admitted_total', 0):.0f}, "
                   f"completed {metrics.get('gang_extender_gangs_completed_total', 0):.0f}, "
                   f"timeouts {metrics.get('gang_extender_gangs_timeouts_total', 0):.0f}")
-            print(f"  filter cache hits {metrics.get('gang_extender_filter_cache_hits_total', 0):.0f}, "
+            print(f"  filter: {metrics.get('gang_extender_filter_steered_total', 0):.0f} member(s) steered to the "
+                  f"gang's reservation; cache hits {metrics.get('gang_extender_filter_cache_hits_total', 0):.0f}, "
                   f"misses {metrics.get('gang_extender_filter_cache_misses_total', 0):.0f}")
             print(f"  extender log: {extender.log_path} (removed on exit)")
         finally:

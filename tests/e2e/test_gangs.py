@@ -188,10 +188,12 @@ def test_identical_pods_share_filter_results(cluster: dict[str, Any]) -> None:
     hits, misses = counters()
     assert hits - hits_before >= 8, f"only {hits - hits_before} filter cache hits for 16 identical pods"
     assert misses - misses_before <= 2, f"{misses - misses_before} misses for 16 identical pods"
+    steered = ext.metrics().get("gang_extender_filter_steered_total", 0)
     with Sampler(cp, ns) as sampler:
         create(cp, workload(ns, "w", {"workers": 16}), *_gang(ns, "m", 16, labels, cpu="1"))
         all_bound(cp, ns, "m", 16, nodes)
     assert counters()[1] - misses <= 1, "the gang's members were evaluated under a signature of their own"
+    assert ext.metrics().get("gang_extender_filter_steered_total", 0) - steered >= 8, "members were not steered"
     assert sampler.partial("m", 16) == []
 
 

@@ -503,6 +503,7 @@ def test_metrics(client: FlaskClient) -> None:
     assert "gang_extender_mirror_nodes 4.0" in text
     assert "gang_extender_mirror_pods 4.0" in text
     assert "gang_extender_filter_cache_misses_total 1.0" in text
+    assert "gang_extender_filter_steered_total 0.0" in text
 
 
 def test_each_app_has_its_own_registry(make_app: Callable[..., Flask]) -> None:

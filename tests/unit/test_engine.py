@@ -232,7 +232,7 @@ def test_admitted_members_are_steered_to_reserved_nodes(h: Harness) -> None:
     assert h.engine.filter(filter_args(a[0], names)) == expected
     assert h.engine.filter(filter_args(a[1], names)) == expected
     # Steering evaluates the reserved nodes only: no signature entry is made for all the candidates.
-    assert (h.cache.hits, h.cache.misses) == (0, 0)
+    assert (h.cache.hits, h.cache.misses, h.engine.steered) == (0, 0, 2)
     # Without any reserved node among the candidates, any node with room passes.
     assert h.engine.filter(filter_args(a[2], ["n5"])) == FilterResult(["n5"], {}, {})
     assert h.engine.prioritize(filter_args(a[0], names)) == [
