@@ -152,7 +152,8 @@ class Engine:
             if not own and self._all_fit(entry, names):
                 feasible, failed = names, {}  # the request's own list: every name fits
             else:
-                check_node_names(names)
+                if not own:  # with ``own`` the names were checked on the way to it
+                    check_node_names(names)
                 verdicts = entry.verdicts
                 for name in names:
                     if name not in verdicts and name not in own:
@@ -271,7 +272,7 @@ class Engine:
         if gang is None or policy is None:
             return [(name, 0) for name in names]
         with self.mirror.lock:
-            reserved = self.mirror.reservation(gang)
+            reserved = self.mirror.reserved_nodes(gang)
             siblings = {self.mirror.placement(m.uid) for m in self.mirror.members(gang)}
         return [(n, 10 if n in reserved else 5 if n in siblings else 0) for n in names]
 
