@@ -42,6 +42,12 @@ class NodeVerdicts:
             self.fit.discard(node)
             self.all_fit_names = None
 
+    def forget(self, node: str) -> None:
+        """Drop a node's verdict (the node is gone: no state is kept for names the mirror does not know)."""
+        if self.verdicts.pop(node, None) is not None:
+            self.fit.discard(node)
+            self.all_fit_names = None
+
 
 def _weight(entry: NodeVerdicts) -> int:
     return len(entry.verdicts) + 1

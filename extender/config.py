@@ -48,6 +48,10 @@ class Settings:
     tls_cert_file: str | None = None       # serve HTTPS with this certificate (PEM, chain after the leaf)
     tls_key_file: str | None = None        # ... and this private key (PEM)
     tls_client_ca_file: str | None = None  # require client certificates signed by this CA (PEM bundle)
+    scheduler_http_timeout_seconds: float = 30.0  # kube-scheduler's extenders[].httpTimeout
+    bind_answer_margin_seconds: float = 1.0  # a held bind is answered this long before that timeout
+    scheduler_names: str = "default-scheduler,gang-scheduler"  # pods bind accepts (spec.schedulerName)
+    watch_stale_seconds: float = 10.0      # a core watch unhealthy this long: verbs answer Error
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -60,10 +64,11 @@ _HELP = {
     "kubeconfig": "kubeconfig file (default: in-cluster config, then ~/.kube/config)",
     "cluster_snapshot": "serve without an API server from this Kubernetes List (YAML or JSON) of Nodes, "
                         "Pods and group objects; binds change only the in-memory state",
-    "gang_timeout_seconds": "a gang times out this long after its last new member reached the barrier (or "
-                            "its admission), and no bind is held longer; keep it below the scheduler's "
-                            "extender httpTimeout (per-gang override: annotation "
-                            "gang-extender.io/timeout-seconds or PodGroup spec.scheduleTimeoutSeconds)",
+    "gang_timeout_seconds": "a gang's attempt (its admission and reservation) times out this long after its last "
+                            "new member reached the barrier (or its admission); it may exceed the scheduler's "
+                            "httpTimeout: single held binds are answered with a retry before that and keep their "
+                            "place (per-gang override: annotation gang-extender.io/timeout-seconds or PodGroup "
+                            "spec.scheduleTimeoutSeconds)",
     "gang_backoff_seconds": "first back-off of a gang after a timeout; doubles per timeout, max 300 s",
     "cache_size": "filter cache capacity in node verdicts summed over all signatures (an entry weighs one per "
                   "node it knows; ~150 bytes each); 0 disables the cache",
@@ -87,6 +92,15 @@ _HELP = {
                                   "PodGroup CRD) are served, so CRDs installed or removed later are followed",
     "group_status": "on: write the scheduling status of gangs the extender decides (1.36+ PodGroup condition, "
                     "scheduler-plugins PodGroup status.phase); off: never write group status",
+    "scheduler_http_timeout_seconds": "kube-scheduler's extenders[].httpTimeout for this extender: every bind held "
+                                      "at a gang barrier is answered before it, counted from the request's arrival",
+    "bind_answer_margin_seconds": "how long before --scheduler-http-timeout-seconds a held bind is answered with a "
+                                  "retry; a gang is released only while each of its holds has at least this long "
+                                  "left, so every Binding is sent while kube-scheduler still waits for it",
+    "scheduler_names": "comma-separated spec.schedulerName values whose pods bind accepts (the profiles that call "
+                       "this extender); a bind for any other pod is refused",
+    "watch_stale_seconds": "when the node or pod watch has been failing this long, the verbs answer Error (held "
+                           "binds too) and /readyz is 503 until it has listed again",
 }
 
 
@@ -130,6 +144,11 @@ def load(args: Mapping[str, Any] | None = None, environ: Mapping[str, str] | Non
     return settings
 
 
+def scheduler_names(settings: Settings) -> frozenset[str]:
+    """The scheduler names of ``--scheduler-names`` (empty entries dropped)."""
+    return frozenset(name.strip() for name in settings.scheduler_names.split(",") if name.strip())
+
+
 def validate(settings: Settings) -> list[str]:
     """Every problem with ``settings``; empty when valid."""
     problems = []
@@ -157,6 +176,16 @@ def validate(settings: Settings) -> list[str]:
         problems.append(f"record-max-bytes must be >= 1024, got {settings.record_max_bytes}")
     if not 1 <= settings.discovery_interval_seconds <= 3600:  # also rejects nan
         problems.append(f"discovery-interval-seconds must be 1..3600, got {settings.discovery_interval_seconds}")
+    if not 1 <= settings.scheduler_http_timeout_seconds <= 3600:  # also rejects nan
+        problems.append("scheduler-http-timeout-seconds must be 1..3600, got "
+                        f"{settings.scheduler_http_timeout_seconds}")
+    elif not 0 < settings.bind_answer_margin_seconds <= settings.scheduler_http_timeout_seconds / 2:
+        problems.append("bind-answer-margin-seconds must be > 0 and at most half of scheduler-http-timeout-seconds, "
+                        f"got {settings.bind_answer_margin_seconds}")
+    if not scheduler_names(settings):
+        problems.append("scheduler-names must name at least one scheduler")
+    if not 1 <= settings.watch_stale_seconds <= 3600:  # also rejects nan
+        problems.append(f"watch-stale-seconds must be 1..3600, got {settings.watch_stale_seconds}")
     if settings.group_status not in ("on", "off"):
         problems.append(f"group-status must be on or off, got {settings.group_status!r}")
     for name in ("record_file", "release_journal"):

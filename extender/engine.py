@@ -8,6 +8,12 @@ JSON, import Flask or kubernetes, or call the API server except through ``Binder
 Hot path (filter): one signature, one cache lookup, a refresh of only the nodes changed since the
 cached entry, then one C-level membership pass over the request's node names. An admitted gang member
 is steered to its reservation before any of that, evaluating only the nodes that hold it.
+
+Trust: a request is believed for nothing about the cluster. Verdicts come from the mirror only (a
+node it does not know is infeasible, and no state is kept for such a name); a bind is checked
+against the mirror and the extender's own predicates, and only for pods of the schedulers this
+extender serves; every bind, held or not, is answered (its Bindings sent) within the caller's
+timeout, counted from the request's arrival.
 """
 
 from __future__ import annotations
@@ -49,6 +55,10 @@ resource name) and is repeated once per requested node: unbounded, a 100 KB anno
 node names made a 200 MB reply."""
 
 
+UNKNOWN_NODE = "node is not known to gang-extender (its node watch has not seen it)"
+"""Verdict (never cached) for a requested name that is not a node of the mirror."""
+
+
 def _bounded(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "\u2026"
 
@@ -60,7 +70,8 @@ class BindError(Exception):
 class Binder(Protocol):
     """The one seam through which the engine changes the cluster."""
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    def bind(self, namespace: str, name: str, uid: str, node: str, timeout: float = 10.0) -> None:
+        """Create the Binding; give up (BindError) after ``timeout`` seconds."""
 
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
 
@@ -76,13 +87,19 @@ class ReleaseLog(Protocol):
 class Engine:
     def __init__(self, mirror: ClusterMirror, cache: FilterCache, ledger: GangLedger, binder: Binder,
                  *, bind_parallelism: int = 8, clock: Callable[[], float] = time.monotonic,
-                 release_log: ReleaseLog | None = None) -> None:
+                 release_log: ReleaseLog | None = None, scheduler_names: frozenset[str] | None = None,
+                 answer_margin: float = 1.0) -> None:
+        """``scheduler_names``: the spec.schedulerName values whose pods may be bound (None: any).
+        ``answer_margin``: how long before the caller's timeout a bind is answered (the ledger's
+        ``hold_seconds`` is that timeout less this margin); a Binding gets half of it as slack."""
         self.mirror = mirror
         self.cache = cache
         self.ledger = ledger
         self.binder = binder
         self.clock = clock
         self.release_log = release_log
+        self.scheduler_names = scheduler_names
+        self.answer_margin = answer_margin
         self.steered = 0  # filter requests answered with the nodes of the member's own reservation
         self._bind_pool = ThreadPoolExecutor(max_workers=max(1, bind_parallelism),
                                              thread_name_prefix="gang-bind")
@@ -141,7 +158,6 @@ class Engine:
         names = args.node_names
         key = signature(args.pod)
         with self.mirror.lock:
-            self._learn_unknown_nodes(args)
             own = self._own_reservation_verdicts(names, facts, gang)
             steered = [node for node, verdict in own.items() if verdict == FIT_RESERVED]
             if steered:
@@ -154,11 +170,15 @@ class Engine:
             else:
                 if not own:  # with ``own`` the names were checked on the way to it
                     check_node_names(names)
-                verdicts = entry.verdicts
+                verdicts, known = entry.verdicts, self.mirror.nodes
+                unknown: dict[str, str] = {}
                 for name in names:
                     if name not in verdicts and name not in own:
-                        entry.record(name, self._verdict(name, facts, None))
-                verdict_of = {**verdicts, **own} if own else verdicts
+                        if name in known:
+                            entry.record(name, self._verdict(name, facts, None))
+                        else:
+                            unknown[name] = UNKNOWN_NODE
+                verdict_of = {**verdicts, **own, **unknown} if own or unknown else verdicts
                 feasible = [n for n in names if verdict_of[n] == FIT]
                 failed = {n: verdict_of[n] for n in names if verdict_of[n] != FIT}
         if key is not None:
@@ -215,23 +235,16 @@ class Engine:
                 self.cache.count(hit=False)
                 return NodeVerdicts(generation)
             for name in changed:
-                if name in entry.verdicts:
+                if name not in entry.verdicts:
+                    continue
+                if name in self.mirror.nodes:
                     entry.record(name, self._verdict(name, facts, None))
-                    refreshed += 1
+                else:
+                    entry.forget(name)
+                refreshed += 1
             entry.generation = generation
         self.cache.count(hit=True, refreshed=refreshed)
         return entry
-
-    def _learn_unknown_nodes(self, args: FilterArgs) -> None:
-        """Full Node objects in a request teach the mirror nodes its watch has not delivered yet."""
-        if args.nodes is None:
-            return
-        for node in args.nodes:
-            if node["metadata"]["name"] not in self.mirror.nodes:
-                try:
-                    self.mirror.upsert_node(node)
-                except (RecordError, QuantityError) as exc:
-                    raise ProtocolError(f"Nodes: {exc}") from None
 
     def _verdict(self, name: str, facts: _PodFacts, gang: GangKey | None) -> str:
         return _bounded(self._node_verdict(name, facts, gang))
@@ -239,7 +252,7 @@ class Engine:
     def _node_verdict(self, name: str, facts: _PodFacts, gang: GangKey | None) -> str:
         node = self.mirror.nodes.get(name)
         if node is None:
-            return "node is not known to gang-extender (its node watch has not seen it)"
+            return UNKNOWN_NODE
         requests = facts.record.requests
         reason = placement_failure(facts.placement, node)
         if reason is not None:
@@ -277,8 +290,12 @@ class Engine:
         return [(n, 10 if n in reserved else 5 if n in siblings else 0) for n in names]
 
     # -------------------------------------------------------------------------------------- bind
-    def bind(self, args: BindArgs) -> str:
-        """Bind (or hold at the gang barrier); returns "" on success or the error to answer."""
+    def bind(self, args: BindArgs, arrival: float | None = None) -> str:
+        """Bind (or hold at the gang barrier); returns "" on success or the error to answer.
+
+        ``arrival``: when the request reached the process (engine clock; default now). The answer, and
+        every Binding made for it, comes before ``arrival`` + the caller's timeout."""
+        arrival = self.clock() if arrival is None else arrival
         pod = self.mirror.pod(args.pod_namespace, args.pod_name)
         if pod is None:
             try:
@@ -291,6 +308,9 @@ class Engine:
                 pod = self.mirror.upsert_pod(raw)
             except (RecordError, QuantityError, GroupError) as exc:
                 return f"pod {args.pod_namespace}/{args.pod_name} cannot be read: {exc}"
+        if self.scheduler_names is not None and pod.scheduler_name not in self.scheduler_names:
+            return (f"pod {args.pod_namespace}/{args.pod_name} has schedulerName {pod.scheduler_name!r}, which "
+                    f"gang-extender does not serve (--scheduler-names {','.join(sorted(self.scheduler_names))})")
         if args.pod_uid and pod.uid != args.pod_uid:
             return (f"pod {args.pod_namespace}/{args.pod_name} has uid {pod.uid}, not {args.pod_uid}: "
                     "it was re-created")
@@ -302,11 +322,11 @@ class Engine:
             gang, policy, _ = self._gang(pod)
         except GroupError as exc:
             return f"invalid gang: {exc}"
-        decision = self.ledger.on_bind(pod, args.node, policy if gang is not None else None)
+        decision = self.ledger.on_bind(pod, args.node, policy if gang is not None else None, arrival)
         if decision.action is BindAction.REJECT:
             return decision.error
         if decision.action is BindAction.NOW:
-            error = self._bind_one(pod, args.node)
+            error = self._bind_one(pod, args.node, arrival + self.ledger.hold_seconds)
             self.ledger.bound(pod, error)
             return error
         assert decision.hold is not None and gang is not None
@@ -314,9 +334,17 @@ class Engine:
             self._release(gang, decision.holds)
         return self._await(gang, decision.hold)
 
-    def _bind_one(self, pod: PodRecord, node: str) -> str:
+    def _bind_one(self, pod: PodRecord, node: str, answer_by: float | None = None) -> str:
+        """One Binding; with ``answer_by`` it is given up (an error) if it cannot finish within half the
+        answer margin after that moment, so the reply still reaches the caller in time."""
+        timeout = 10.0
+        if answer_by is not None:
+            timeout = answer_by + self.answer_margin / 2 - self.clock()
+            if timeout <= 0:
+                return (f"binding pod {pod.namespace}/{pod.name} to {node} was not attempted: kube-scheduler's "
+                        "httpTimeout for this request had (almost) passed; it retries the pod")
         try:
-            self.binder.bind(pod.namespace, pod.name, pod.uid, node)
+            self.binder.bind(pod.namespace, pod.name, pod.uid, node, timeout)
         except BindError as exc:
             log.warning("bind %s/%s -> %s failed: %s", pod.namespace, pod.name, node, exc)
             return f"binding pod {pod.namespace}/{pod.name} to {node} failed: {exc}"
@@ -329,7 +357,7 @@ class Engine:
             release_id = self.release_log.opened(
                 str(gang), [(h.pod.namespace, h.pod.name, h.pod.uid, h.node) for h in holds])
         try:
-            errors = list(self._bind_pool.map(lambda h: self._bind_one(h.pod, h.node), holds))
+            errors = list(self._bind_pool.map(lambda h: self._bind_one(h.pod, h.node, h.answer_by), holds))
             self.ledger.released(gang, list(zip(holds, errors, strict=True)))
         finally:
             if self.release_log is not None:

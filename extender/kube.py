@@ -171,12 +171,12 @@ class KubeClient:
         return any(r.get("name") == resource for r in (found or {}).get("resources") or [])
 
     # ---------------------------------------------------------------------------------- writes
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, timeout: float = 10.0) -> None:
         body = {"apiVersion": "v1", "kind": "Binding",
                 "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
-        self.request("POST", path, body=body, timeout=10.0)
+        self.request("POST", path, body=body, timeout=timeout)
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

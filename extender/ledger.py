@@ -26,7 +26,7 @@ from typing import Any
 
 from extender import gang as rules
 from extender.cluster import ClusterMirror
-from extender.fit import shortfall
+from extender.fit import placement_failure, placement_from_spec, shortfall
 from extender.model import (
     PASS,
     Code,
@@ -47,7 +47,7 @@ class Hold:
 
     pod: PodRecord
     node: str
-    started: float = 0.0       # when the bind request arrived (ledger clock)
+    answer_by: float = float("inf")  # answered with a retry by then (ledger clock): the caller's timeout less a margin
     done: threading.Event = field(default_factory=threading.Event)
     result: str | None = None  # None while waiting; "" bound; otherwise the error to answer
     releasing: bool = False    # picked by the thread that completes the quorum
@@ -100,8 +100,12 @@ class GangLedger:
                  on_event: Callable[[list[PodRecord], str, str, str], None] | None = None,
                  on_wake: Callable[[list[PodRecord]], None] | None = None,
                  on_status: Callable[[GangKey, GangStatus], None] | None = None,
-                 max_held_binds: int | None = None) -> None:
+                 max_held_binds: int | None = None, hold_seconds: float = 29.0) -> None:
         self.mirror = mirror
+        # The longest a bind may be held, counted from its request's arrival: kube-scheduler's
+        # httpTimeout less a margin, so the answer (a release's Bindings included) reaches the caller
+        # while it still waits. A gang's own timeout bounds its attempt, never one hold.
+        self.hold_seconds = hold_seconds
         self.lock = mirror.lock
         self.timeout_seconds = timeout_seconds
         self.backoff_seconds = backoff_seconds
@@ -123,7 +127,7 @@ class GangLedger:
         self._rejected: dict[GangKey, set[str]] = {}  # members a gang rule rejected: woken at admission
         self._swept_at = float("-inf")  # when sweep last walked every gang
         self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0,
-                         "releases_resumed": 0, "holds_recycled": 0}
+                         "releases_resumed": 0, "holds_recycled": 0, "releases_aborted": 0}
 
     # ------------------------------------------------------------------------------------ queries
     def state(self, gang: GangKey) -> GangState | None:
@@ -288,15 +292,20 @@ class GangLedger:
         return state.never_fits
 
     # -------------------------------------------------------------------------------------- binds
-    def on_bind(self, pod: PodRecord, node: str, policy: GangPolicy | None) -> BindDecision:
-        """Decide what a bind request does; records the hold/assumption before returning."""
+    def on_bind(self, pod: PodRecord, node: str, policy: GangPolicy | None,
+                arrival: float | None = None) -> BindDecision:
+        """Decide what a bind request does; records the hold/assumption before returning.
+
+        ``arrival`` is when the request reached the process (ledger clock; default now): a hold is
+        answered by ``arrival + hold_seconds``, and a quorum is released only with every hold inside
+        that bound and every member still fitting where it is held."""
         assert pod.gang is not None or policy is None
         with self.lock:
             existing = self._gangs.get(pod.gang) if pod.gang is not None and policy else None
             if existing is not None and pod.uid in existing.holds:
                 return BindDecision(BindAction.REJECT, error=f"pod {pod.namespace}/{pod.name} is already "
                                     "waiting at its gang barrier")
-            error = self._room_error(pod, node, pod.gang if policy else None)
+            error = self._fit_error(pod, node, pod.gang if policy else None)
             if error:
                 return BindDecision(BindAction.REJECT, error=error)
             if policy is None or pod.gang is None:
@@ -309,7 +318,11 @@ class GangLedger:
                 self.mirror.assume(pod.uid, node)
                 return BindDecision(BindAction.NOW)
             now = self.clock()
-            hold = Hold(pod, node, started=now)
+            hold = Hold(pod, node, answer_by=(now if arrival is None else arrival) + self.hold_seconds)
+            if hold.answer_by <= now:
+                return BindDecision(BindAction.REJECT, error=(
+                    f"bind of pod {pod.namespace}/{pod.name} reached gang-extender too late to be held "
+                    f"(kube-scheduler's httpTimeout less the answer margin had passed); kube-scheduler retries it"))
             state.holds[pod.uid] = hold
             waiting = self._waiting(state)
             if pod.uid not in state.held_ever:
@@ -322,17 +335,84 @@ class GangLedger:
             self.mirror.assume(pod.uid, node)
             self.mirror.set_reservation(pod.gang, rules.Plan(tuple(state.slots), ()).per_node())
             if len(placed) + len(waiting) >= policy.min_count:
-                for held in waiting:
-                    held.releasing = True
-                return BindDecision(BindAction.RELEASE, hold=hold, holds=waiting)
+                return self._release_or_wait(state, hold, waiting, now)
             state.last_message = (f"holding {len(waiting)} bind(s); {len(placed) + len(waiting)}/"
                                   f"{policy.min_count} members placed")
             return BindDecision(BindAction.WAIT, hold=hold)
 
-    def _room_error(self, pod: PodRecord, node: str, gang: GangKey | None) -> str:
-        """Why ``pod`` cannot go to ``node`` now (unknown node, not enough free room); "" if it can."""
-        if node not in self.mirror.nodes:
+    def _release_or_wait(self, state: GangState, hold: Hold, waiting: list[Hold], now: float) -> BindDecision:
+        """The quorum is complete with ``hold``: release it if every hold has time left and every member
+        still fits where it is held; otherwise recycle the overdue holds (the gang waits for them to
+        come back) or abort the release (nothing is bound, the gang is planned again)."""
+        overdue = [h for h in waiting if h is not hold and now >= h.answer_by]
+        if overdue:
+            self._recycle(state, overdue, now)
+            state.last_message = (f"quorum reached but {len(overdue)} hold(s) had no time left before "
+                                  "kube-scheduler's timeout; waiting for them to come back")
+            return BindDecision(BindAction.WAIT, hold=hold)
+        problem = self._release_problem(waiting)
+        if problem:
+            self._abort_release(state, waiting, problem)
+            return BindDecision(BindAction.REJECT, error=hold.result or problem)
+        for held in waiting:
+            held.releasing = True
+        return BindDecision(BindAction.RELEASE, hold=hold, holds=waiting)
+
+    def _release_problem(self, holds: list[Hold]) -> str:
+        """Why the quorum ``holds`` may not be bound now: a member whose node is gone, excludes it
+        (taints, selector, affinity) or is over-committed as the mirror sees it now (every held member
+        is already counted in its node's use); "" when all of them still fit."""
+        for hold in holds:
+            node = self.mirror.nodes.get(hold.node)
+            if node is None:
+                return f"member {hold.pod.namespace}/{hold.pod.name}: node {hold.node} no longer exists"
+            reason = placement_failure(placement_from_spec(hold.pod.spec or {}), node)
+            if reason is not None:
+                return f"member {hold.pod.namespace}/{hold.pod.name} no longer fits node {hold.node}: {reason}"
+            reason = self._overcommit(node, hold.pod.requests)
+            if reason:
+                return f"member {hold.pod.namespace}/{hold.pod.name}: node {hold.node} {reason}"
+        return ""
+
+    def _overcommit(self, node: NodeRecord, requests: Resources) -> str:
+        """How ``node`` is over-committed, in a resource that ``requests`` asks for, by the pods placed
+        or held on it; "" when it is not (a kubelet admits a pod on the resources it requests)."""
+        used = self.mirror.used(node.name)
+        for resource, wanted in requests.items():
+            amount = used.get(resource, 0)
+            if wanted > 0 and amount > node.allocatable.get(resource, 0):
+                return (f"is over-committed in {resource} (placed and held {describe({resource: amount})}, "
+                        f"allocatable {describe({resource: node.allocatable.get(resource, 0)})}): another binder "
+                        "placed a pod there after this gang was admitted")
+        return ""
+
+    def _abort_release(self, state: GangState, waiting: list[Hold], problem: str) -> None:
+        """Answer every hold of a quorum that may not be bound with a retry, drop the gang's admission
+        so it is planned again against the cluster as it is now, and say why."""
+        message = (f"gang {state.gang} was not released: {problem}; nothing of the gang was bound, its "
+                   "reservation is dropped and it is planned again when kube-scheduler retries its members")
+        for held in waiting:
+            self._answer(state, held, message)
+        self._reset(state)
+        state.last_message = message
+        self.counters["releases_aborted"] += 1
+        log.warning("%s", message)
+        self.on_event([h.pod for h in waiting], "Warning", "GangReleaseAborted", message)
+        self.on_status(state.gang, GangStatus(GangPhase.WAITING, message, 0, state.policy.min_count))
+
+    def _fit_error(self, pod: PodRecord, node: str, gang: GangKey | None) -> str:
+        """Why ``pod`` cannot go to ``node`` now (unknown node; its taints, selector or affinity exclude
+        the pod; not enough free room); "" if it can. The request is trusted for none of it."""
+        record = self.mirror.nodes.get(node)
+        if record is None:
             return f"node {node} is not known to the extender"
+        reason = placement_failure(placement_from_spec(pod.spec or {}), record)
+        if reason is not None:
+            return f"pod {pod.namespace}/{pod.name} does not fit node {node}: {reason}"
+        return self._room_error(pod, node, gang)
+
+    def _room_error(self, pod: PodRecord, node: str, gang: GangKey | None) -> str:
+        """Why ``pod`` has no room on known node ``node`` now; "" if it has."""
         free = self.mirror.free(node, gang)
         lacking = shortfall(pod.requests, free)
         if lacking is None:
@@ -348,7 +428,7 @@ class GangLedger:
         with self.lock:
             if pod.node_name:
                 return f"pod {pod.namespace}/{pod.name} is already bound to {pod.node_name}"
-            error = self._room_error(pod, node, pod.gang)
+            error = self._fit_error(pod, node, pod.gang)
             if not error:
                 self.mirror.assume(pod.uid, node)
             return error
@@ -421,7 +501,7 @@ class GangLedger:
             return self._due(state) if state is not None else None
 
     def _due(self, state: GangState) -> float | None:
-        times = [hold.started + self.timeout_for(state.policy) for hold in self._waiting(state)]
+        times = [hold.answer_by for hold in self._waiting(state)]
         if state.deadline is not None:
             times.append(state.deadline)
         return min(times, default=None)
@@ -432,9 +512,11 @@ class GangLedger:
 
         The deadline is ``timeout`` after the last member new to the attempt reached the barrier (or
         after admission), so a gang whose members keep arriving is not timed out however long the
-        scheduler takes to reach all of them. A single bind is never held longer than ``timeout``
-        (kube-scheduler's ``httpTimeout`` must not cut it off): an older one is answered with a retry
-        while the gang keeps its reservation, so the member comes back to the same capacity.
+        scheduler takes to reach all of them. A single bind is never held past its ``answer_by``
+        (kube-scheduler's ``httpTimeout`` less a margin, from its arrival): when one hold reaches it,
+        every hold of the gang is answered with a retry at once, so they come back together (after
+        kube-scheduler's back-off) rather than one by one; the gang keeps its reservation, so the
+        members come back to the same capacity.
         """
         with self.lock:
             state = self._gangs.get(gang)
@@ -445,9 +527,8 @@ class GangLedger:
             if not waiting and state.holds:
                 return  # a released quorum is being bound; its outcome decides, not the clock
             if state.deadline is None or now < state.deadline:
-                stale = [h for h in waiting if now >= h.started + self.timeout_for(state.policy)]
-                if stale:
-                    self._recycle(state, stale, now)
+                if any(now >= h.answer_by for h in waiting):
+                    self._recycle(state, waiting, now)
                 return
             message = (f"gang {gang} timed out after {self.timeout_for(state.policy):g}s with "
                        f"{len(waiting)} member(s) held of {state.policy.min_count} needed; "
@@ -472,15 +553,16 @@ class GangLedger:
         del state.holds[hold.pod.uid]
         hold.done.set()
 
-    def _recycle(self, state: GangState, holds: list[Hold], now: float) -> None:
+    def _recycle(self, state: GangState, holds: list[Hold], now: float, message: str = "") -> None:
         """Answer ``holds`` with a retry; their slots go back to the gang's reservation."""
-        placed = len(self._placed(self.mirror.members(state.gang), state))
-        held = len(self._waiting(state))
-        last_new = (state.deadline or now) - self.timeout_for(state.policy)
-        message = (f"gang {state.gang} is still gathering members ({placed + held}/{state.policy.min_count} placed, "
-                   f"the last new one {max(now - last_new, 0.0):.0f}s ago): this bind was held "
-                   f"{self.timeout_for(state.policy):g}s, as long as one request may wait; it keeps its "
-                   "reserved place and kube-scheduler retries it")
+        if not message:
+            placed = len(self._placed(self.mirror.members(state.gang), state))
+            held = len(self._waiting(state))
+            last_new = (state.deadline or now) - self.timeout_for(state.policy)
+            message = (f"gang {state.gang} is still gathering members ({placed + held}/{state.policy.min_count} "
+                       f"placed, the last new one {max(now - last_new, 0.0):.0f}s ago): its held binds are answered "
+                       "before kube-scheduler's httpTimeout; each keeps its reserved place and kube-scheduler "
+                       "retries it")
         for hold in holds:
             if state.admitted_at is not None:  # only an admitted gang holds a reservation
                 state.slots.append((hold.node, dict(hold.pod.requests)))
@@ -488,6 +570,18 @@ class GangLedger:
         self.mirror.set_reservation(state.gang, rules.Plan(tuple(state.slots), ()).per_node())
         self.counters["holds_recycled"] += len(holds)
         log.info("%s", message)
+
+    def answer_all_held(self, message: str) -> int:
+        """Answer every bind held at any barrier with ``message`` (a retry that keeps its place): the
+        extender cannot stand behind a release while its view of the cluster is stale. Returns how many."""
+        with self.lock:
+            now, answered = self.clock(), 0
+            for state in self._gangs.values():
+                waiting = self._waiting(state)
+                if waiting:
+                    self._recycle(state, waiting, now, message)
+                    answered += len(waiting)
+            return answered
 
     def sweep(self, min_interval: float = 0.0) -> None:
         """Follow policy changes, expire overdue gangs and forget gangs with no members left.
@@ -560,6 +654,15 @@ class GangLedger:
     def _release_now(self, gang: GangKey, state: GangState, waiting: list[Hold]) -> None:
         if self.on_release is None:
             return  # no binder wired (ledger-only use): the next bind request completes the quorum
+        now = self.clock()
+        overdue = [h for h in waiting if now >= h.answer_by]
+        if overdue:  # answered with a retry: the next bind request completes the quorum
+            self._recycle(state, overdue, now)
+            return
+        problem = self._release_problem(waiting)
+        if problem:
+            self._abort_release(state, waiting, problem)
+            return
         for hold in waiting:
             hold.releasing = True
         state.last_message = f"quorum reached after a policy change: binding {len(waiting)} held member(s)"

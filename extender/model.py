@@ -89,7 +89,7 @@ class PodRecord:
     link_policy: GangPolicy | None = None  # policy carried by the pod itself (annotation form)
     terminal: bool = False    # Succeeded/Failed or being deleted: holds no capacity, not a member
     scheduler_name: str = "default-scheduler"
-    spec: dict[str, object] | None = None  # scheduling-relevant spec kept for admission planning
+    spec: dict[str, object] | None = None  # placement fields: kept for gang members and unbound pods
 
     @property
     def key(self) -> tuple[str, str]:

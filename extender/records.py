@@ -95,12 +95,16 @@ def pod_record(obj: Mapping[str, Any]) -> PodRecord:
         raise RecordError("pod has no metadata.name")
     link = pod_link(obj)
     phase = _dict(obj.get("status")).get("phase")
-    placement = {k: spec[k] for k in _PLACEMENT_FIELDS if spec.get(k)} if link else None
+    node_name = spec.get("nodeName")
+    # Kept for gang members (admission plans them) and for pods not bound yet (bind re-checks them).
+    placement = {k: spec[k] for k in _PLACEMENT_FIELDS if spec.get(k)} if link or not node_name else None
+    if not link and not placement:
+        placement = None  # nothing to check: keep the record small
     return PodRecord(
         uid=str(metadata.get("uid") or f"{namespace}/{name}"),
         namespace=sys.intern(str(namespace)),
         name=name,
-        node_name=sys.intern(str(spec.get("nodeName") or "")),
+        node_name=sys.intern(str(node_name or "")),
         requests=shared(pod_requests(spec)),
         gang=link.gang if link else None,
         link_policy=link.policy if link else None,

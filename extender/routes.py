@@ -24,10 +24,6 @@ from extender.protocol import ProtocolError
 log = logging.getLogger(__name__)
 bp = Blueprint("extender", __name__)
 
-NOT_SYNCED = ("gang-extender is starting: its first list of nodes, pods and group objects is not complete; "
-              "kube-scheduler will retry")
-
-
 def json_response(payload: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(payload), status=status, mimetype="application/json")
 
@@ -52,9 +48,10 @@ def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], An
     outcome = "ok"
     data = request.get_data(cache=False)
     try:
-        if not ext.runtime.synced():
+        problem = ext.runtime.serving_problem()
+        if problem:
             outcome, status = "not_ready", 200
-            payload = on_error(NOT_SYNCED)
+            payload = on_error(problem)
         else:
             payload = handle(_parse(data))
             status = 200
@@ -97,8 +94,10 @@ def prioritize() -> Response:
 
 @bp.post("/bind")
 def bind() -> Response:
+    arrival = time.monotonic()  # the engine answers (and binds) within the caller's timeout from here
+
     def handle(body: Any) -> Any:
-        return protocol.render_bind(_ext().runtime.engine.bind(protocol.parse_bind_args(body)))
+        return protocol.render_bind(_ext().runtime.engine.bind(protocol.parse_bind_args(body), arrival))
     return _serve("bind", handle, protocol.render_bind)
 
 

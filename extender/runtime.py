@@ -13,12 +13,13 @@ import dataclasses
 import gc
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from extender import snapshot
+from extender import config, snapshot
 from extender.cache import FilterCache
 from extender.cluster import ClusterMirror
 from extender.config import Settings
@@ -35,6 +36,9 @@ from extender.watching import Reflector, watch_or_gone
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_SECONDS = 1.0
+
+NOT_SYNCED = ("gang-extender is starting: its first list of nodes, pods and group objects is not complete; "
+              "kube-scheduler will retry")
 
 
 class GroupWatches:
@@ -96,9 +100,9 @@ class KubeBinder:
     def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, timeout: float = 10.0) -> None:
         try:
-            self.kube.bind(namespace, name, uid, node)
+            self.kube.bind(namespace, name, uid, node, timeout)
         except KubeError as exc:
             raise BindError(str(exc)) from None
 
@@ -142,12 +146,42 @@ class Runtime:
         threading.Thread(target=self._tick, name="gang-sweep", daemon=True).start()
 
     def _tick(self) -> None:
-        """Expire overdue gangs and end back-offs even when no request arrives."""
+        """Expire overdue gangs and end back-offs even when no request arrives; answer every held bind
+        while the view of the cluster is stale."""
         while not self.stop_event.wait(SWEEP_INTERVAL_SECONDS):
             try:
                 self.ledger.sweep()
+                self.answer_held_if_stale()
             except Exception:  # the sweeper must survive anything; the next tick retries
                 log.exception("gang sweep failed")
+
+    def stale_problem(self, now: float | None = None) -> str:
+        """Why the mirror cannot be trusted now: a core watch (nodes, pods) failing for longer than
+        ``watch_stale_seconds``; "" otherwise (a shorter outage is ridden out: the watch relists)."""
+        now = time.monotonic() if now is None else now
+        limit = self.settings.watch_stale_seconds
+        for reflector in self.core_reflectors:
+            failing = reflector.failing_for(now)
+            if failing > limit:
+                return (f"gang-extender's {reflector.name} watch has been failing for {failing:.0f}s "
+                        f"({reflector.last_error or 'no detail'}): its view of the cluster may be stale; "
+                        "kube-scheduler will retry")
+        return ""
+
+    def answer_held_if_stale(self, now: float | None = None) -> int:
+        """While the view of the cluster is stale, answer every held bind with a retry (no release is
+        decided on a frozen mirror); returns how many were answered."""
+        stale = self.stale_problem(now)
+        answered = self.ledger.answer_all_held(stale) if stale else 0
+        if answered:
+            log.warning("answered %d held bind(s) with a retry: %s", answered, stale)
+        return answered
+
+    def serving_problem(self, now: float | None = None) -> str:
+        """Why the verbs must answer the protocol's Error now (kube-scheduler retries); "" to serve."""
+        if not self.synced():
+            return NOT_SYNCED
+        return self.stale_problem(now)
 
     def synced(self) -> bool:
         """Whether the mirror holds a full list of everything watched (answers before that could admit
@@ -309,9 +343,11 @@ def _core(settings: Settings, binder_for: Callable[[ClusterMirror], Binder],
 
     ledger = GangLedger(mirror, timeout_seconds=settings.gang_timeout_seconds,
                         backoff_seconds=settings.gang_backoff_seconds, on_event=on_event, on_wake=waker.wake,
-                        on_status=on_status, max_held_binds=held_bind_budget(settings.threads))
+                        on_status=on_status, max_held_binds=held_bind_budget(settings.threads),
+                        hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds)
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
-                    release_log=journal)
+                    release_log=journal, scheduler_names=config.scheduler_names(settings),
+                    answer_margin=settings.bind_answer_margin_seconds)
     return mirror, cache, ledger, engine, events, waker, status
 
 

@@ -78,7 +78,7 @@ class SnapshotBinder:
     def __init__(self, mirror: ClusterMirror) -> None:
         self.mirror = mirror
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, timeout: float = 10.0) -> None:
         pod = self.mirror.pod(namespace, name)
         if pod is None or (uid and pod.uid != uid):
             raise BindError(f"pod {namespace}/{name} is not in the snapshot")

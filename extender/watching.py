@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -41,6 +42,7 @@ class Reflector:
         self._initial_backoff, self._max_backoff = initial_backoff, max_backoff
         self.synced = threading.Event()   # listed at least once
         self.healthy = False              # last list/watch succeeded
+        self.failing_since: float | None = None  # monotonic time of the first failure since the last list
         self.last_error = ""
         self.relists = 0
         self.errors = 0
@@ -53,6 +55,11 @@ class Reflector:
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
+
+    def failing_for(self, now: float) -> float:
+        """Seconds this collection has been failing to list or watch (0 while healthy)."""
+        since = self.failing_since
+        return 0.0 if since is None else max(now - since, 0.0)
 
     def _run(self) -> None:
         backoff = self._initial_backoff
@@ -68,6 +75,8 @@ class Reflector:
                     backoff = self._initial_backoff
                 self.errors += 1
                 self.healthy = False
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
                 self.last_error = str(exc)
                 log.warning("watch %s failed (%s); retrying in %.1fs", self.name, exc, backoff)
                 self._stop.wait(backoff)
@@ -80,6 +89,7 @@ class Reflector:
         self.relists += 1
         self.synced.set()
         self.healthy = True
+        self.failing_since = None
         self.last_error = ""
         while not self._stop.is_set():
             for kind, obj in self._watch(version):

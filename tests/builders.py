@@ -157,6 +157,7 @@ class FakeBinder:
     fail: dict[str, str] = field(default_factory=dict)
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # read_pod answers
     reads: list[tuple[str, str]] = field(default_factory=list)
+    timeouts: dict[str, float] = field(default_factory=dict)  # pod name -> timeout of its last bind call
     gate: threading.Event = field(default_factory=threading.Event)
     entered: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -164,12 +165,13 @@ class FakeBinder:
     def __post_init__(self) -> None:
         self.gate.set()
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    def bind(self, namespace: str, name: str, uid: str, node: str, timeout: float = 10.0) -> None:
         self.entered.release()
         if not self.gate.wait(timeout=10):
             raise BindError("test binder gate never opened")
         with self.lock:
             self.calls.append((namespace, name, uid, node))
+            self.timeouts[name] = timeout
         if name in self.fail:
             raise BindError(self.fail[name])
         if self.mirror is not None:

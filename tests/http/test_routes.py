@@ -137,23 +137,29 @@ def test_filter_full_nodes_drops_infeasible_items(client: FlaskClient, golden: G
                      "FailedAndUnresolvableNodes": {}, "Error": ""}
 
 
-def test_filter_full_nodes_teaches_unknown_nodes(client: FlaskClient) -> None:
-    new_node = {"metadata": {"name": "node-9", "labels": {}},
-                "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}}
-    body = {"Pod": pod("web-2"), "Nodes": {"metadata": {}, "items": [new_node]}, "NodeNames": None}
+def test_filter_full_nodes_teach_the_mirror_nothing(client: FlaskClient) -> None:
+    """A forged ``Nodes`` list (issue 11, reproduction 3): an invented node is infeasible, and stays
+    unknown to later requests; a real node's forged allocatable is ignored for the mirror's."""
+    ghost = {"metadata": {"name": "ghost", "labels": {}},
+             "status": {"allocatable": {"cpu": "512", "memory": "4Ti", "pods": "110"}}}
+    body = {"Pod": pod("web-2"), "Nodes": {"metadata": {}, "items": [ghost]}, "NodeNames": None}
     reply = post(client, "filter", body).get_json()
-    assert reply == {"Nodes": {"items": [new_node]}, "NodeNames": ["node-9"], "FailedNodes": {},
+    assert reply == {"Nodes": {"items": []}, "NodeNames": [], "FailedNodes": {"ghost": UNKNOWN_NODE},
                      "FailedAndUnresolvableNodes": {}, "Error": ""}
-    # the mirror learned it: a names-only request now knows node-9 too
-    reply = post(client, "filter", filter_body(pod("web-3"), ["node-9"])).get_json()
-    assert reply["NodeNames"] == ["node-9"]
+    reply = post(client, "filter", filter_body(pod("web-3"), ["ghost"])).get_json()
+    assert reply["NodeNames"] == [] and reply["FailedNodes"] == {"ghost": UNKNOWN_NODE}
+    big = pod("web-2")
+    big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100"}}
+    forged = {"metadata": {"name": "node-1"}, "status": {"allocatable": {"cpu": "512", "pods": "110"}}}
+    reply = post(client, "filter", {"Pod": big, "Nodes": {"items": [forged]}, "NodeNames": None}).get_json()
+    assert reply["NodeNames"] == [] and reply["FailedNodes"]["node-1"].startswith("Insufficient cpu")
 
 
-def test_filter_full_nodes_with_bad_quantity_is_a_bad_request(client: FlaskClient) -> None:
+def test_filter_full_nodes_are_never_parsed(client: FlaskClient) -> None:
     bad = {"metadata": {"name": "node-9"}, "status": {"allocatable": {"cpu": "lots"}}}
     body = {"Pod": pod("web-2"), "Nodes": {"items": [bad]}, "NodeNames": None}
-    payload = assert_json_error(post(client, "filter", body), 400)
-    assert payload == {"error": "Nodes: invalid quantity 'lots'", "verb": "filter"}
+    reply = post(client, "filter", body).get_json()
+    assert reply["NodeNames"] == [] and reply["FailedNodes"] == {"node-9": UNKNOWN_NODE}
 
 
 @pytest.mark.parametrize("names", [["nöde-1"], ["节点"], ["node-\u2603", "node-1"], ["\U0001f680"]])

@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from extender.fit import shortfall
+from extender.fit import placement_failure, placement_from_spec, shortfall
 from extender.model import GangPolicy, GroupKind, PodRecord
 from extender.protocol import FilterResult
 from tests.builders import (
@@ -264,6 +264,8 @@ class Run:
         with reference.lock:
             demand: dict[str, dict[str, int]] = {}
             for member in pending:
+                if placement_failure(placement_from_spec(member.spec or {}), reference.nodes[targets[member.uid]]):
+                    return  # bind refuses a node the member's taints/selector/affinity exclude
                 total = demand.setdefault(targets[member.uid], {})
                 for resource, amount in member.requests.items():
                     total[resource] = total.get(resource, 0) + amount

@@ -35,7 +35,9 @@ def test_field_names() -> None:
                                       "gang_backoff_seconds", "cache_size", "cache_ttl_seconds", "max_body_bytes",
                                       "threads", "bind_parallelism", "log_level", "record_file", "record_max_bytes",
                                       "release_journal", "discovery_interval_seconds", "group_status",  # issue 5
-                                      "tls_cert_file", "tls_key_file", "tls_client_ca_file"]  # issue 6
+                                      "tls_cert_file", "tls_key_file", "tls_client_ca_file",  # issue 6
+                                      "scheduler_http_timeout_seconds", "bind_answer_margin_seconds",
+                                      "scheduler_names", "watch_stale_seconds"]  # issue 11
 
 
 @pytest.mark.parametrize(("args", "problem"), [

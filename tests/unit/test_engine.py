@@ -343,6 +343,7 @@ def test_non_gang_pod_binds_at_once(h: Harness) -> None:
 
 # ------------------------------------------------------------------------------- timeout, back-off
 def test_timeout_answers_every_held_bind_and_backs_off(h: Harness, binds: Binds) -> None:
+    h.ledger.hold_seconds = 60.0  # kube-scheduler waits longer than the gang: the gang's timeout answers
     nodes(h, NODES4)
     a = gang_pods("a", 4)
     h.add(coscheduling_podgroup("a", 4), *a)

@@ -184,8 +184,10 @@ def test_pod_record_gang_member_without_placement_fields() -> None:
     assert record.spec == {}
 
 
-def test_pod_record_non_member_drops_placement_fields() -> None:
-    assert pod_record(raw_pod(nodeSelector={"pool": "gpu"})).spec is None
+def test_pod_record_non_member_keeps_placement_fields_until_bound() -> None:
+    """bind re-checks an unbound pod's selector, affinity and tolerations; a bound one needs none."""
+    assert pod_record(raw_pod(nodeSelector={"pool": "gpu"})).spec == {"nodeSelector": {"pool": "gpu"}}
+    assert pod_record(raw_pod(nodeSelector={"pool": "gpu"}, node="n1")).spec is None
 
 
 def test_pod_record_annotation_policy() -> None:

@@ -1,0 +1,267 @@
+"""Issue 11's reproductions, at the engine: each failed on e660568.
+
+1. a held bind outlived kube-scheduler's httpTimeout (gang timeouts above it, time queued not counted);
+2. a release did not re-check room after another binder filled a node;
+3. the request was trusted for facts (invented nodes learned, bind checked no predicates nor scheduler);
+4. cache state was kept for invented node names;
+5. a frozen mirror kept answering after a watch outage.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.config import Settings
+from extender.ledger import BindAction
+from extender.runtime import from_snapshot
+from extender.signature import signature
+from extender.watching import Reflector
+from tests.builders import (
+    Harness,
+    bind_args,
+    coscheduling_podgroup,
+    filter_args,
+    make_engine,
+    node,
+    pod,
+)
+
+NODES4 = ["n1", "n2", "n3", "n4"]
+
+
+@pytest.fixture
+def h() -> Iterator[Harness]:
+    harness = make_engine(timeout_seconds=20.0)  # the ledger holds a bind 29 s (httpTimeout 30 s less 1 s)
+    harness.add(*(node(name, cpu="4") for name in NODES4))
+    yield harness
+    harness.close()
+
+
+def gang(h: Harness, name: str = "a", size: int = 4, timeout: int | None = None) -> list[dict[str, Any]]:
+    members = [pod(f"{name}-{i}", cpu="3", pod_group=name) for i in range(size)]
+    h.add(coscheduling_podgroup(name, size, timeout), *members)
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible  # admitted
+    return members
+
+
+class Binds:
+    """engine.bind in threads (held binds block); answers by pod name."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.harness, self.results, self.threads = harness, {}, []  # type: ignore[var-annotated]
+
+    def start(self, raw: dict[str, Any], target: str, arrival: float | None = None) -> None:
+        name = raw["metadata"]["name"]
+
+        def run() -> None:
+            self.results[name] = self.harness.engine.bind(bind_args(raw, target), arrival)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def join(self) -> dict[str, str]:
+        for thread in self.threads:
+            thread.join(5)
+            assert not thread.is_alive(), "a bind is still held"
+        self.threads = []
+        return dict(self.results)
+
+
+def held(h: Harness, count: int) -> None:
+    deadline = time.monotonic() + 5
+    while h.ledger.held_count() != count:
+        assert time.monotonic() < deadline, f"{h.ledger.held_count()} held, expected {count}"
+        time.sleep(0.002)
+
+
+# ------------------------------------------------------------------- 1. no hold past httpTimeout
+def test_a_long_gang_timeout_never_holds_a_bind_past_the_http_timeout(h: Harness) -> None:
+    a = gang(h, timeout=600)  # scheduleTimeoutSeconds 600: the gang may wait 10 minutes, one hold may not
+    binds = Binds(h)
+    for member, target in zip(a[:3], NODES4, strict=False):
+        binds.start(member, target)
+    held(h, 3)
+    h.clock.advance(28.9)
+    h.ledger.sweep()
+    assert h.ledger.held_count() == 3
+    h.clock.advance(0.2)  # 29.1 s: kube-scheduler gives up at 30
+    h.ledger.sweep()
+    answers = binds.join()
+    assert set(answers) == {"a-0", "a-1", "a-2"} and all("still gathering members" in m for m in answers.values())
+    assert h.binder.calls == [] and h.ledger.counters["timeouts"] == 0
+    # The retries are held again (not "already waiting") and the gang completes in its attempt.
+    h.clock.advance(60)
+    for member, target in zip(a, NODES4, strict=True):
+        binds.start(member, target)
+    assert binds.join() == dict.fromkeys(("a-0", "a-1", "a-2", "a-3"), "")
+    assert h.binder.bound_names == ["a-0", "a-1", "a-2", "a-3"]
+
+
+def test_time_queued_before_the_handler_counts(h: Harness) -> None:
+    a = gang(h)
+    binds = Binds(h)
+    binds.start(a[0], "n1", arrival=h.clock.now - 20)  # waited 20 s for a thread before the handler ran
+    held(h, 1)
+    h.clock.advance(9)
+    h.ledger.sweep()
+    assert "still gathering members" in binds.join()["a-0"]
+    late = h.engine.bind(bind_args(a[1], "n2"), h.clock.now - 29)
+    assert "too late to be held" in late and h.ledger.held_count() == 0
+
+
+def test_a_quorum_is_not_released_with_a_hold_out_of_time(h: Harness) -> None:
+    a = gang(h)
+    records = [h.mirror.pod("default", m["metadata"]["name"]) for m in a]
+    policy = h.mirror.gang_policy(records[0].gang)[1]  # type: ignore[union-attr,arg-type]
+    early = [h.ledger.on_bind(r, n, policy) for r, n in zip(records[:3], NODES4, strict=False)]  # type: ignore[arg-type]
+    h.clock.advance(29.5)  # overdue, but no sweep has answered them yet
+    last = h.ledger.on_bind(records[3], "n4", policy)  # type: ignore[arg-type]
+    assert last.action is BindAction.WAIT, "no Binding may be sent for a request kube-scheduler gave up on"
+    assert all(d.hold is not None and d.hold.done.is_set() and "gathering" in (d.hold.result or "") for d in early)
+    assert h.binder.calls == []
+
+
+def test_the_answer_margin_bounds_each_binding_of_a_release(h: Harness) -> None:
+    a = gang(h)
+    binds = Binds(h)
+    for member, target in zip(a[:3], NODES4, strict=False):
+        binds.start(member, target)
+    held(h, 3)
+    h.clock.advance(20)
+    binds.start(a[3], "n4")
+    assert binds.join() == dict.fromkeys(("a-0", "a-1", "a-2", "a-3"), "")
+    timeouts = sorted(h.binder.timeouts.values())
+    assert timeouts == pytest.approx([9.5, 9.5, 9.5, 29.5]), "each Binding ends before its own request's timeout"
+
+
+# ------------------------------------------------------------------- 2. room re-checked at release
+def test_a_release_rechecks_room_and_binds_nothing_on_an_overcommitted_node(h: Harness) -> None:
+    a = gang(h)
+    binds = Binds(h)
+    for member, target in zip(a[:3], NODES4, strict=False):
+        binds.start(member, target)
+    held(h, 3)
+    h.add(pod("intruder", cpu="2", node="n1"))  # bound by another scheduler onto n1 (a-0 holds 3 of its 4 cpu)
+    binds.start(a[3], "n4")
+    answers = binds.join()
+    assert h.binder.calls == [], "no member of the gang is bound"
+    assert set(answers) == {"a-0", "a-1", "a-2", "a-3"}
+    assert all("was not released: member default/a-0: node n1 is over-committed in cpu" in m for m in answers.values())
+    assert h.ledger.counters["releases_aborted"] == 1 and h.ledger.admitted_count() == 0
+    assert h.events.of("GangReleaseAborted")[0][0] == ("a-0", "a-1", "a-2", "a-3")
+    assert all(h.mirror.placement(m["metadata"]["uid"]) == "" for m in a)
+    assert h.mirror.reservation(h.mirror.pod("default", "a-0").gang) == {}  # type: ignore[union-attr,arg-type]
+    # planned again against the cluster as it is: n1 has 2 cpu left, so a 3-cpu member avoids it
+    replan = h.engine.filter(filter_args(a[0], NODES4))
+    assert "n1" not in replan.feasible
+
+
+def test_a_release_rechecks_taints_added_while_held(h: Harness) -> None:
+    a = gang(h)
+    binds = Binds(h)
+    for member, target in zip(a[:3], NODES4, strict=False):
+        binds.start(member, target)
+    held(h, 3)
+    h.add(node("n2", cpu="4", taints=[{"key": "maintenance", "value": "", "effect": "NoSchedule"}]))
+    binds.start(a[3], "n4")
+    answers = binds.join()
+    assert h.binder.calls == []
+    assert "member default/a-1 no longer fits node n2: node has untolerated taint maintenance" in answers["a-3"]
+
+
+# ------------------------------------------------------------------- 3. nothing learned from a request
+def test_bind_rechecks_the_predicates_and_the_node(h: Harness) -> None:
+    h.add(node("tainted", taints=[{"key": "gpu", "value": "true", "effect": "NoSchedule"}]),
+          node("labelled", labels={"pool": "cpu"}))
+    plain = pod("web")
+    picky = pod("picky", node_selector={"pool": "gpu"})
+    h.add(plain, picky)
+    assert h.engine.bind(bind_args(plain, "ghost")) == "node ghost is not known to the extender"
+    assert h.engine.bind(bind_args(plain, "tainted")) == (
+        "pod default/web does not fit node tainted: node has untolerated taint gpu=true:NoSchedule")
+    assert h.engine.bind(bind_args(picky, "labelled")) == (
+        "pod default/picky does not fit node labelled: node does not match the pod's nodeSelector")
+    assert h.binder.calls == []
+    assert h.engine.bind(bind_args(plain, "n1")) == ""
+
+
+def test_bind_refuses_pods_of_other_schedulers(h: Harness) -> None:
+    h.engine.scheduler_names = frozenset({"gang-scheduler"})
+    mine, theirs = pod("mine", scheduler_name="gang-scheduler"), pod("theirs", scheduler_name="other")
+    h.add(mine, theirs)
+    assert h.engine.bind(bind_args(theirs, "n1")) == (
+        "pod default/theirs has schedulerName 'other', which gang-extender does not serve "
+        "(--scheduler-names gang-scheduler)")
+    assert h.engine.bind(bind_args(mine, "n1")) == ""
+    assert h.binder.bound_names == ["mine"]
+
+
+def test_filter_keeps_no_state_for_invented_node_names(h: Harness) -> None:
+    web = pod("web")
+    invented = [f"ghost-{i}" for i in range(20)]
+    result = h.engine.filter(filter_args(web, ["n1", *invented]))
+    assert result.feasible == ["n1"] and set(result.failed) == set(invented)
+    entry = h.cache.get(signature(web))  # type: ignore[arg-type]
+    assert entry is not None and set(entry.verdicts) == {"n1"}, "no cache state for names the mirror does not know"
+    h.mirror.delete_node("n1")
+    h.engine.filter(filter_args(web, ["n1"]))
+    assert h.cache.get(signature(web)).verdicts == {}  # type: ignore[arg-type,union-attr]
+
+
+# ------------------------------------------------------------------- 5. a stale mirror answers Error
+def test_a_core_watch_failing_too_long_stops_the_verbs_and_answers_held_binds(tmp_path: Path) -> None:
+    snapshot = tmp_path / "s.json"
+    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        node("n1"), coscheduling_podgroup("a", 2), pod("a-0", pod_group="a"), pod("a-1", pod_group="a")]}))
+    runtime = from_snapshot(Settings(cluster_snapshot=str(snapshot), watch_stale_seconds=10))
+    stop = threading.Event()
+
+    class Listing(list[dict[str, Any]]):
+        resource_version = "1"
+
+    lists: list[int] = []
+
+    def listing() -> Listing:  # the first list succeeds, then the API server is gone
+        lists.append(1)
+        if len(lists) > 1:
+            raise ConnectionRefusedError("the API server vanished")
+        return Listing()
+
+    def watch(version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        raise ConnectionRefusedError("the API server vanished")
+
+    pods = Reflector("pods", listing, watch, lambda items: None, lambda kind, obj: None, stop, initial_backoff=0.01)
+    try:
+        runtime.core_reflectors = [pods]
+        assert runtime.serving_problem() == ""
+        pods.start()
+        deadline = time.monotonic() + 5
+        while pods.failing_since is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        started = pods.failing_since
+        assert runtime.stale_problem(started + 9) == "", "a short outage is ridden out"
+        result: list[str] = []
+        a0 = runtime.mirror.pod("default", "a-0")
+        thread = threading.Thread(target=lambda: result.append(runtime.engine.bind(bind_args(
+            {"metadata": {"name": "a-0", "namespace": "default", "uid": a0.uid}}, "n1"))))  # type: ignore[union-attr]
+        thread.start()
+        while runtime.ledger.held_count() != 1:
+            time.sleep(0.002)
+        assert runtime.answer_held_if_stale(started + 9) == 0
+        assert runtime.answer_held_if_stale(started + 11) == 1
+        thread.join(5)
+        assert result and result[0].startswith("gang-extender's pods watch has been failing for 11s (the API server")
+        assert runtime.serving_problem(started + 11).startswith("gang-extender's pods watch has been failing")
+        assert runtime.serving_problem(started + 9) == ""
+    finally:
+        stop.set()
+        runtime.close()
