@@ -7,7 +7,9 @@
 #   1. create the cluster from manifests/kind/kind-config.yaml (Workload API on; the default
 #      kube-scheduler already configured to call gang-extender on 127.0.0.1:8888);
 #   2. docker build -t gang-extender:dev . ; kind load docker-image;
-#   3. apply the PodGroup CRD and manifests/default-scheduler (RBAC), then copy the extender's static pod
+#   3. apply the PodGroup CRD and manifests/default-scheduler (the extender's ServiceAccount, token
+#      Secret, RBAC and admission policy), write its kubeconfig (extender-kubeconfig.sh) to
+#      /etc/kubernetes/gang-extender.conf and copy the extender's static pod
 #      into /etc/kubernetes/manifests on every control-plane node (until it runs, nothing can be
 #      scheduled: not CoreDNS, not the CNI; see docs/deploy.md for why it is not a DaemonSet);
 #   4. deploy the second scheduler (manifests/second-scheduler) and wait for everything to be ready;
@@ -97,7 +99,17 @@ while IFS= read -r node; do
     [[ "$node" == *control-plane* ]] && control_planes+=("$node")
 done < <(kind get nodes --name "$CLUSTER")
 ((${#control_planes[@]} > 0)) || die "no control-plane node in cluster $CLUSTER"
+extender_kubeconfig="$(mktemp -d)/gang-extender.conf"
 for node in "${control_planes[@]}"; do
+    log "writing /etc/kubernetes/gang-extender.conf on $node (ServiceAccount gang-scheduler/gang-extender)"
+    server="$(docker exec "$node" kubectl config view --kubeconfig /etc/kubernetes/scheduler.conf \
+        -o jsonpath='{.clusters[0].cluster.server}')"
+    wait_until 60 "the token of gang-scheduler/gang-extender" env KUBECONFIG="$KUBECONFIG_FILE" \
+        manifests/default-scheduler/extender-kubeconfig.sh "$server" "$extender_kubeconfig"
+    docker cp "$extender_kubeconfig" "$node:/etc/kubernetes/gang-extender.conf"
+    docker exec "$node" sh -c 'chown 65532:65532 /etc/kubernetes/gang-extender.conf &&
+        chmod 0400 /etc/kubernetes/gang-extender.conf'
+    rm -f "$extender_kubeconfig"
     log "installing the gang-extender static pod on $node"
     docker cp "$static_pod" "$node:/etc/kubernetes/manifests/gang-extender.yaml"
     wait_until "$TIMEOUT" "gang-extender on $node" \

@@ -3,11 +3,13 @@
 - Every file under manifests/ is accounted for: API objects go through ``kubectl apply --dry-run=server``
   (kustomize directories with ``-k``), KubeSchedulerConfigurations start a real kube-scheduler, the kind
   configuration is checked for what hack/kind-e2e.sh relies on.
-- The extender's ServiceAccount may do exactly what extender/kube.py does, and nothing else.
-- gang-extender runs, becomes ready and binds a gang with nothing but that ServiceAccount.
-- Both topologies run as shipped: the second scheduler with its own ServiceAccount, leader election and
-  sidecar configuration; the default scheduler's configuration with the extender using kube-scheduler's
-  identity (as the static pod does).
+- gang-extender runs, becomes ready and binds a gang with nothing but its ServiceAccount (what it may
+  do, and what it may not, is tests/e2e/test_least_privilege.py).
+- Both topologies run as shipped, each process with the credentials its manifest gives it: the second
+  scheduler with the ServiceAccount gang-scheduler, leader election and sidecar configuration, its
+  extender with the token Secret of the ServiceAccount gang-extender; the default scheduler's
+  configuration with kube-scheduler's own identity (which gains nothing) and the extender with the
+  kubeconfig extender-kubeconfig.sh writes (as the static pod does).
 - Why the default-scheduler topology uses a static pod: with the extender down, kube-scheduler schedules
   no pod at all, a DaemonSet's included.
 """
@@ -32,46 +34,16 @@ from typing import Any
 import pytest
 import yaml
 from controlplane import ControlPlane, ControlPlaneError, free_ports, tail, wait_for
+from identities import EXTENDER_SA, EXTENDER_USER, MANIFESTS, NAMESPACE, extender_kubeconfig, install, whoami
+from identities import built as _built
 from support import ROOT, Extender, Sampler, bound, events, scheduler_config
 
 from extender.config import Settings
 
 pytestmark = pytest.mark.e2e
 
-MANIFESTS = ROOT / "manifests"
-NAMESPACE = "gang-scheduler"
-EXTENDER_SA = "gang-extender"
 SCHEDULER_SA = "gang-scheduler"
 WAIT = 60.0
-
-# What extender/kube.py calls, as `kubectl auth can-i --list` prints it: resource -> verbs.
-EXTENDER_GRANTS = {
-    "nodes": {"list", "watch"},
-    "pods": {"get", "list", "watch", "patch"},
-    "pods/binding": {"create"},
-    "events": {"create"},
-    "workloads.scheduling.k8s.io": {"list", "watch"},
-    "podgroups.scheduling.k8s.io": {"list", "watch"},
-    "podgroups.scheduling.x-k8s.io": {"list", "watch"},
-    "podgroups.scheduling.k8s.io/status": {"patch"},
-    "podgroups.scheduling.x-k8s.io/status": {"patch"},
-}
-# (verb, resource, extra kubectl args): must all be refused to the extender's ServiceAccount.
-EXTENDER_DENIED = [
-    ("delete", "pods", []), ("create", "pods", []), ("update", "pods", []),
-    ("patch", "pods", ["--subresource=status"]), ("get", "nodes", []), ("update", "nodes", []),
-    ("patch", "nodes", []), ("delete", "nodes", []), ("get", "secrets", []), ("list", "secrets", []),
-    ("get", "configmaps", []), ("list", "events", []), ("patch", "events", []),
-    ("create", "events.events.k8s.io", []), ("get", "workloads.scheduling.k8s.io", []),
-    ("create", "workloads.scheduling.k8s.io", []), ("get", "podgroups.scheduling.x-k8s.io", []),
-    ("update", "podgroups.scheduling.x-k8s.io", ["--subresource=status"]),
-    ("patch", "podgroups.scheduling.x-k8s.io", []), ("patch", "podgroups.scheduling.k8s.io", []),
-    ("update", "podgroups.scheduling.k8s.io", ["--subresource=status"]), ("get", "podgroups.scheduling.k8s.io", []),
-    ("create", "podgroups.scheduling.k8s.io", []), ("delete", "podgroups.scheduling.x-k8s.io", []),
-    ("update", "leases.coordination.k8s.io", []), ("create", "serviceaccounts", ["--subresource=token"]),
-    ("create", "pods", ["--subresource=eviction"]), ("escalate", "clusterroles", []),
-]
-
 
 # ---------------------------------------------------------------------------------- inventory
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -113,13 +85,6 @@ INVENTORY = _inventory()
 
 def _rel(path: Path) -> str:
     return str(path.relative_to(MANIFESTS)) or "."
-
-
-def _built(bin_dir: Path, directory: str) -> list[dict[str, Any]]:
-    """``kubectl kustomize`` output, no cluster needed (the kustomize that ``kubectl apply -k`` runs)."""
-    out = subprocess.run([str(bin_dir / "kubectl"), "kustomize", str(MANIFESTS / directory)], capture_output=True,
-                         text=True, check=True, timeout=60, stdin=subprocess.DEVNULL).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
 
 
 def _extenders(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -243,9 +208,9 @@ def test_tls_overlay_wires_the_secret_into_both_containers(k8s_bin_dir: Path) ->
 
 
 def test_containers_are_locked_down(k8s_bin_dir: Path) -> None:
-    """Every shipped container: read-only root file system, no privilege escalation, no capabilities;
-    non-root (65532) wherever it does not have to read a root-only file (the static pod reads
-    /etc/kubernetes/scheduler.conf, mode 0600, as kube-scheduler does); the image's default user is 65532."""
+    """Every shipped container: read-only root file system, no privilege escalation, no capabilities,
+    non-root (65532; the static pod's kubeconfig is its own file, owned by 65532); the image's default
+    user is 65532."""
     pods = {directory: next(d for d in _built(k8s_bin_dir, directory) if d["kind"] == "Deployment")
             ["spec"]["template"]["spec"] for directory in ("second-scheduler", "second-scheduler-tls")}
     pods["static"] = _docs(MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml")[0]["spec"]
@@ -257,10 +222,7 @@ def test_containers_are_locked_down(k8s_bin_dir: Path) -> None:
             assert context["allowPrivilegeEscalation"] is False, name
             assert context["capabilities"] == {"drop": ["ALL"]}, name
             assert context.get("privileged", False) is False, name
-            if where == "static":
-                assert context["runAsUser"] == 0, name
-            else:
-                assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532, name
+            assert context["runAsNonRoot"] is True and context["runAsUser"] == 65532, name
             writable = {m["mountPath"] for m in container.get("volumeMounts", []) if not m.get("readOnly")}
             assert writable <= {"/tmp"}, (name, writable)  # the emptyDir gunicorn needs, nothing else
     dockerfile = (ROOT / "Dockerfile").read_text()
@@ -288,13 +250,8 @@ def test_kind_configuration() -> None:
 # ------------------------------------------------------------------------------ cluster checks
 @pytest.fixture(scope="module")
 def installed(control_plane: ControlPlane) -> ControlPlane:
-    """The CRD (the examples need it) and manifests/rbac, applied for real."""
-    cp = control_plane
-    cp.kubectl("apply", "-k", str(MANIFESTS / "crds"))
-    wait_for(lambda: "podgroups" in cp.kubectl("api-resources", "--api-group=scheduling.x-k8s.io").stdout,
-             timeout=30, what="the PodGroup CRD to be served")
-    cp.kubectl("apply", "-k", str(MANIFESTS / "rbac"))
-    return cp
+    """The CRD (the examples need it) and manifests/rbac, applied for real (the token Secret filled)."""
+    return install(control_plane)
 
 
 def _assert_clean_dry_run(proc: subprocess.CompletedProcess[str], what: str) -> None:
@@ -363,60 +320,6 @@ def test_kube_scheduler_refuses_a_misspelled_field(installed: ControlPlane) -> N
     with pytest.raises(ControlPlaneError, match="unknown field"):
         installed.start_scheduler(config, timeout=30)
     installed.stop_scheduler()
-
-
-# ---------------------------------------------------------------------------- least privilege
-def _kubectl_as(cp: ControlPlane, kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(cp.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", *args], capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
-
-
-def _can_i_list(cp: ControlPlane, kubeconfig: str, namespace: str) -> dict[str, set[str]]:
-    """``kubectl auth can-i --list`` as resource -> verbs (non-resource URLs under their path)."""
-    proc = _kubectl_as(cp, kubeconfig, "auth", "can-i", "--list", "-n", namespace)
-    assert proc.returncode == 0, proc.stderr
-    header, *rows = proc.stdout.splitlines()
-    columns = [header.index(name) for name in ("Resources", "Non-Resource URLs", "Resource Names", "Verbs")]
-    grants: dict[str, set[str]] = {}
-    for row in rows:
-        if not row.strip():
-            continue
-        resource, url, names, verbs = (row[a:b].strip() for a, b in zip(columns, [*columns[1:], None], strict=True))
-        assert names == "[]", f"unexpected resourceNames rule: {row}"
-        grants.setdefault(resource or url, set()).update(verbs.strip("[]").split())
-    return grants
-
-
-def test_extender_service_account_has_exactly_its_verbs(installed: ControlPlane) -> None:
-    cp = installed
-    extender = cp.service_account_kubeconfig(NAMESPACE, EXTENDER_SA)
-    nobody = cp.service_account_kubeconfig(NAMESPACE, "default")  # same namespace, no bindings
-    for namespace in (NAMESPACE, "default", "kube-system"):
-        granted, baseline = _can_i_list(cp, extender, namespace), _can_i_list(cp, nobody, namespace)
-        extra = {r: v - baseline.get(r, set()) for r, v in granted.items() if v - baseline.get(r, set())}
-        assert extra == EXTENDER_GRANTS, namespace
-    # The same, one verb at a time and across all namespaces, for the APIs this control plane serves
-    # (`can-i VERB RESOURCE` resolves the resource through discovery and says "no" to an unserved one,
-    # e.g. the 1.36+ podgroups.scheduling.k8s.io on 1.35; the --list check above reads the rules).
-    served = set(cp.kubectl("api-resources", "-o", "name").stdout.split())
-    for resource, verbs in EXTENDER_GRANTS.items():
-        name, _, sub = resource.partition("/")
-        if name not in served:
-            continue
-        for verb in verbs:
-            args = ["auth", "can-i", verb, name, "--all-namespaces", *([f"--subresource={sub}"] if sub else [])]
-            assert _kubectl_as(cp, extender, *args).stdout.strip() == "yes", (verb, resource)
-
-
-def test_extender_service_account_is_refused_everything_else(installed: ControlPlane) -> None:
-    cp = installed
-    extender = cp.service_account_kubeconfig(NAMESPACE, EXTENDER_SA)
-    allowed = []
-    for verb, resource, extra in EXTENDER_DENIED:
-        proc = _kubectl_as(cp, extender, "auth", "can-i", verb, resource, "--all-namespaces", *extra)
-        if proc.stdout.strip() != "no":
-            allowed.append((verb, resource, extra, proc.stdout.strip(), proc.stderr.strip()))
-    assert allowed == []
 
 
 # ------------------------------------------------------------------------------- running for real
@@ -568,15 +471,19 @@ def _probe(port: int, path: str) -> bool:
 
 def test_second_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path,
                                                    extender_factory: list[Extender]) -> None:
-    """kube-scheduler + extender with the ServiceAccount gang-scheduler and nothing else: the RBAC of
-    manifests/second-scheduler is enough for delegated auth, leader election, scheduling and binding."""
+    """kube-scheduler with the ServiceAccount gang-scheduler and the extender with the token its container
+    mounts (ServiceAccount gang-extender), nothing else: the RBAC of manifests/second-scheduler is enough
+    for delegated auth, leader election, scheduling and binding, and neither needs the other's rights."""
     cp = installed
     cp.kubectl("apply", "-k", str(MANIFESTS / "second-scheduler"))
     wait_for(lambda: any(p["metadata"]["name"].startswith("gang-scheduler-")
                          for p in cp.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]),
              timeout=WAIT, what="the Deployment's pod (admitted under Pod Security 'restricted')")
     kubeconfig = cp.service_account_kubeconfig(NAMESPACE, SCHEDULER_SA)
-    ext = _start_extender(extender_factory, kubeconfig, tmp_path)
+    extender = extender_kubeconfig(cp, "second-scheduler", tmp_path)
+    assert (whoami(cp, kubeconfig), whoami(cp, extender)) == (
+        f"system:serviceaccount:{NAMESPACE}:{SCHEDULER_SA}", EXTENDER_USER)
+    ext = _start_extender(extender_factory, extender, tmp_path)
     _assert_all_watches_synced(ext)
 
     (config,) = _docs(MANIFESTS / "second-scheduler" / "kube-scheduler-config.yaml")
@@ -619,26 +526,20 @@ def test_second_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_
     _assert_writes_succeeded(ext)
 
 
-def test_default_scheduler_topology_with_kube_scheduler_identity(installed: ControlPlane, tmp_path: Path,
-                                                                 extender_factory: list[Extender]) -> None:
-    """The static pod authenticates as kube-scheduler (scheduler.conf): the bootstrap role plus the binding
-    in manifests/default-scheduler must cover every call of the extender."""
+def test_default_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path,
+                                                    extender_factory: list[Extender]) -> None:
+    """kube-scheduler as itself (scheduler.conf's user), which manifests/default-scheduler leaves as it
+    was; the extender with the kubeconfig extender-kubeconfig.sh writes for the static pod."""
     cp = installed
     as_scheduler = ["--as=system:kube-scheduler"]
-    missing = [("patch", "pods"), ("list", "podgroups.scheduling.x-k8s.io"), ("watch", "podgroups.scheduling.x-k8s.io"),
-               ("patch", "podgroups.scheduling.x-k8s.io/status")]
-    for verb, resource in missing:  # what the binding adds
-        name, _, sub = resource.partition("/")
-        extra = [f"--subresource={sub}"] if sub else []
-        assert cp.kubectl("auth", "can-i", verb, name, "-A", *extra, *as_scheduler, check=False
-                          ).stdout.strip() == "no", (verb, resource)
     cp.kubectl("apply", "-k", str(MANIFESTS / "default-scheduler"))
-    for verb, resource in missing:
-        name, _, sub = resource.partition("/")
-        extra = [f"--subresource={sub}"] if sub else []
-        assert cp.kubectl("auth", "can-i", verb, name, "-A", *extra, *as_scheduler).stdout.strip() == "yes"
+    gained = [(verb, resource) for verb, resource in (("patch", "pods"), ("list", "podgroups.scheduling.x-k8s.io"))
+              if cp.kubectl("auth", "can-i", verb, resource, "-A", *as_scheduler, check=False).stdout.strip() != "no"]
+    assert gained == [], "kube-scheduler's identity gained the extender's rights"
 
-    ext = _start_extender(extender_factory, cp.user_kubeconfig("system:kube-scheduler"), tmp_path)
+    extender = extender_kubeconfig(cp, "default-scheduler", tmp_path)
+    assert whoami(cp, extender) == EXTENDER_USER
+    ext = _start_extender(extender_factory, extender, tmp_path)
     _assert_all_watches_synced(ext)
     (config,) = _docs(MANIFESTS / "default-scheduler" / "kube-scheduler-config.yaml")
     config["extenders"][0]["urlPrefix"] = ext.url
@@ -651,7 +552,7 @@ def test_default_scheduler_topology_with_kube_scheduler_identity(installed: Cont
     finally:
         cp.stop_scheduler()
     _assert_writes_succeeded(ext)
-    _assert_no_credentials_logged(ext, ext.kubeconfig)  # a client-certificate kubeconfig
+    _assert_no_credentials_logged(ext, ext.kubeconfig)  # the static pod's token kubeconfig
 
 
 def test_extender_outage_blocks_every_pod_so_the_extender_must_not_need_scheduling(installed: ControlPlane) -> None:

@@ -1,4 +1,4 @@
-"""RequestRecorder: whole lines, one write each, a size cap."""
+"""RequestRecorder: whole lines, one write each, a size cap, readable by its owner only."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from extender import linefile
+from extender import linefile, recording
 from extender.recording import RequestRecorder
 
 
@@ -44,3 +44,36 @@ def test_recording_stops_at_the_cap_and_appends_to_an_existing_file(tmp_path: Pa
     lines = path.read_text().splitlines()
     assert json.loads(lines[0]) == {"verb": "earlier"}
     assert 1 < len(lines) < 10 and recorder.full and path.stat().st_size <= 300
+
+
+def test_the_recording_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """It holds whole pod bodies: created 0600 whatever the umask, and an older, wider file is narrowed."""
+    old_umask = os.umask(0)
+    try:
+        fresh = RequestRecorder(tmp_path / "new.jsonl", max_bytes=2**20)
+    finally:
+        os.umask(old_umask)
+    fresh.record("filter", 1.0, 200, 0.001, b"{}", b"{}")
+    fresh.close()
+    assert (tmp_path / "new.jsonl").stat().st_mode & 0o777 == 0o600
+
+    wide = tmp_path / "wide.jsonl"
+    wide.write_bytes(b'{"verb": "earlier"}\n')
+    wide.chmod(0o664)
+    RequestRecorder(wide, max_bytes=2**20).close()
+    assert wide.stat().st_mode & 0o777 == 0o600
+    assert wide.read_bytes() == b'{"verb": "earlier"}\n'
+
+
+def test_a_recording_that_cannot_be_made_private_is_not_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Another user's file cannot be narrowed (EPERM): recording stays off, with an error, not a crash."""
+    def refuse(path: Path, mode: int) -> linefile.AppendOnlyLines:
+        raise PermissionError(1, "Operation not permitted", str(path))
+
+    monkeypatch.setattr(recording, "AppendOnlyLines", refuse)
+    recorder = RequestRecorder(tmp_path / "r.jsonl", max_bytes=2**20)
+    recorder.record("filter", 1.0, 200, 0.001, b"{}", b"{}")
+    recorder.close()
+    assert recorder.full and recorder.records == 0
+    assert "request recording off" in caplog.text and "600" in caplog.text
