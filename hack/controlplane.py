@@ -609,6 +609,7 @@ class ControlPlane:
         self.pki: Pki | None = None
         self._components: dict[str, Component] = {}
         self._scheduler_runs = 0
+        self._scheduler_ports: dict[str, int] = {"kube-scheduler": self.scheduler_port}
         self._api: ApiClient | None = None
         self._watchdog: _Watchdog | None = None
         self._node_index: dict[str, int] = {}
@@ -918,14 +919,18 @@ class ControlPlane:
 
         self._wait_ready(comp, default_sa_exists)
 
-    def start_scheduler(self, config: Mapping[str, Any] | None = None, *, timeout: float | None = None) -> None:
+    def start_scheduler(self, config: Mapping[str, Any] | None = None, *, timeout: float | None = None,
+                        name: str = "kube-scheduler") -> None:
         """Start kube-scheduler with ``config`` (a KubeSchedulerConfiguration as a dict).
 
         Filled in unless already present: ``clientConnection.kubeconfig`` (always overwritten: the
         scheduler's own identity ``system:kube-scheduler``), ``clientConnection.qps/burst`` (500/1000)
-        and ``leaderElection.leaderElect`` (false). Waits for the scheduler's ``/readyz``.
+        and ``leaderElection.leaderElect`` (false). Waits for the scheduler's ``/readyz``. ``name``
+        other than ``kube-scheduler`` runs a further scheduler beside it (its own port and log
+        ``<name>.log``; give it profiles with their own ``schedulerName``).
         """
-        self._claim("kube-scheduler")
+        self._claim(name)
+        port = self._scheduler_ports.setdefault(name, free_ports(1)[0])
         cfg: dict[str, Any] = copy.deepcopy(dict(config if config is not None else DEFAULT_SCHEDULER_CONFIG))
         client_connection = cfg.setdefault("clientConnection", {})
         client_connection["kubeconfig"] = str(self._scheduler_kubeconfig)
@@ -936,13 +941,13 @@ class ControlPlane:
         cfg_path = self.workdir / f"scheduler-config-{self._scheduler_runs}.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         kubeconfig = str(self._scheduler_kubeconfig)
-        comp = self._spawn("kube-scheduler", [
+        comp = self._spawn(name, [
             str(self.bin_dir / "kube-scheduler"),
             f"--config={cfg_path}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1",
-            f"--secure-port={self.scheduler_port}",
+            f"--secure-port={port}",
             f"--tls-cert-file={self.serving.cert}",
             f"--tls-private-key-file={self.serving.key}",
             *_gates_args(self.scheduler_feature_gates),
@@ -952,7 +957,7 @@ class ControlPlane:
         ctx = self._ssl_context(None)
 
         def ready() -> bool:
-            conn = http.client.HTTPSConnection("127.0.0.1", self.scheduler_port, context=ctx, timeout=5)
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)
             try:
                 conn.request("GET", "/readyz")
                 resp = conn.getresponse()
@@ -962,9 +967,9 @@ class ControlPlane:
 
         self._wait_ready(comp, ready, timeout)
 
-    def stop_scheduler(self) -> None:
-        """Stop kube-scheduler if it runs (SIGTERM, then SIGKILL)."""
-        self._terminate("kube-scheduler")
+    def stop_scheduler(self, name: str = "kube-scheduler") -> None:
+        """Stop kube-scheduler (or the scheduler started as ``name``) if it runs (SIGTERM, then SIGKILL)."""
+        self._terminate(name)
 
     def is_running(self, component: str) -> bool:
         comp = self._components.get(component)
@@ -980,7 +985,8 @@ class ControlPlane:
             return
         self._stopped = True
         # Clients first, so that kube-apiserver has no open watches and exits at once on SIGTERM.
-        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+        servers = ("kube-apiserver", "etcd")
+        for name in [*(n for n in self._components if n not in servers), *servers]:
             self._terminate(name, grace=5.0)
         for name in list(self._components):
             self._terminate(name)
