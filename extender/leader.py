@@ -189,6 +189,7 @@ class LeaderElector:
         self.term = 0                  # leaderships gained by this elector
         self._lease: dict[str, Any] | None = None  # the Lease as last read or written
         self._leading_until = 0.0      # monotonic; 0: not leading
+        self.renewed_at = 0.0          # monotonic: when our last successful write of the Lease was sent
         self._acting = False           # leadership as last reported through the callbacks
         self._observed = ("", 0.0)     # (resourceVersion, when we first saw it)
         self._parts: dict[str, tuple[Adopt, Provide]] = {}
@@ -330,7 +331,7 @@ class LeaderElector:
         written = self.api.replace(self.config.namespace, self.config.name, body, max(timeout, 0.05))
         self._seen(written, sent)
         if holder == self.identity:
-            self._leading_until = sent + self.config.renew_deadline
+            self._leading_until, self.renewed_at = sent + self.config.renew_deadline, sent
 
     def _seen(self, lease: dict[str, Any], now: float) -> None:
         self._lease = lease
@@ -394,7 +395,7 @@ class LeaderElector:
                 return  # another replica created it first: read it next round
             raise
         self._seen(created, sent)
-        self._leading_until = sent + self.config.renew_deadline
+        self._leading_until, self.renewed_at = sent + self.config.renew_deadline, sent
         self._won(created)
 
     def _won(self, found: Mapping[str, Any]) -> None:

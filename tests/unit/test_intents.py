@@ -172,3 +172,39 @@ def test_an_unreadable_annotation_does_not_stop_a_takeover() -> None:
     other, other_intents = replica(server, clock, "b")
     assert other.step()
     assert other_intents.unfinished == []
+
+
+def test_swapped_into_the_engine_the_intent_is_on_the_lease_while_the_quorum_is_bound() -> None:
+    import threading
+
+    from tests.builders import bind_args, coscheduling_podgroup, make_engine, node, pod
+
+    server, clock = FakeLeases(), Clock()
+    elector, intents = replica(server, clock, "a")
+    elector.step()
+    h = make_engine(release_log=intents)
+    h.add(*(node(f"n{i}") for i in range(3)))
+    gang = [pod(f"a-{i}", cpu="3", pod_group="a") for i in range(3)]
+    h.add(coscheduling_podgroup("a", 3), *gang)
+    h.binder.gate.clear()  # the API server is slow: the release is under way
+    answers: dict[str, str] = {}
+    threads = [threading.Thread(target=lambda m=m, i=i: answers.update(
+        {m["metadata"]["name"]: h.engine.bind(bind_args(m, f"n{i}"))}), daemon=True) for i, m in enumerate(gang)]
+    for thread in threads:
+        thread.start()
+    try:
+        assert h.binder.entered.acquire(timeout=5), "the quorum is being bound"
+        (gang_name, members), = on_lease(server).values()
+        assert (gang_name, sorted(members)) == ("default/a", sorted(
+            [m["metadata"]["namespace"], m["metadata"]["name"], m["metadata"]["uid"], f"n{i}"]
+            for i, m in enumerate(gang)))
+        h.binder.gate.set()
+        for thread in threads:
+            thread.join(5)
+        assert answers == {"a-0": "", "a-1": "", "a-2": ""}
+        assert on_lease(server) == {}
+    finally:
+        h.binder.gate.set()
+        for thread in threads:
+            thread.join(5)
+        h.close()
