@@ -105,6 +105,8 @@ class ReleaseIntents:
         """Write a release down before its first Binding; returns its id for ``closed``. Raises
         ``IntentNotRecordedError`` (``IntentsFullError`` when too large) if it is not known to be written."""
         members = tuple(JournalPod(*(str(field) for field in pod)) for pod in pods)
+        if not self.elector.is_leader():  # before the lock: a standby's elector holds it while it reads the Lease
+            raise IntentNotRecordedError(f"release of gang {gang} not recorded: this replica is not the leader")
         with self.elector.lock:
             if not self.elector.is_leader():
                 raise IntentNotRecordedError(f"release of gang {gang} not recorded: this replica is not the leader")

@@ -348,7 +348,8 @@ class LeaderElector:
                         self.config.name, self.config.renew_deadline)
             return
         assert self._lease is not None
-        timeout = self._leading_until - now
+        # one try may not take the whole deadline: the lock is held, and an intent write may be waiting
+        timeout = min(self._leading_until - now, max(self.config.retry_period, 1.0))
         try:
             self._put(self._lease, self.identity, timeout, {})
             return
