@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -52,6 +53,13 @@ class Settings:
     bind_answer_margin_seconds: float = 1.0  # a held bind is answered this long before that timeout
     scheduler_names: str = "default-scheduler,gang-scheduler"  # pods bind accepts (spec.schedulerName)
     watch_stale_seconds: float = 10.0      # a core watch unhealthy this long: verbs answer Error
+    leader_election: str = "off"           # on: replicas elect a leader on a Lease that holds the release intents
+    lease_namespace: str = ""              # "": the pod's service-account namespace (outside a pod: default)
+    lease_name: str = "gang-extender"
+    lease_duration_seconds: float = 15.0   # a standby takes an unrenewed Lease after this long
+    lease_renew_deadline_seconds: float = 10.0  # the leader stops acting this long after its last renewal
+    lease_retry_period_seconds: float = 2.0     # renewal period, and a standby's retry period
+    release_intents_max_bytes: int = 128 * 1024  # open releases kept on the Lease, at most (an annotation)
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -101,6 +109,17 @@ _HELP = {
                        "this extender); a bind for any other pod is refused",
     "watch_stale_seconds": "when the node or pod watch has been failing this long, the verbs answer Error (held "
                            "binds too) and /readyz is 503 until it has listed again",
+    "leader_election": "on: replicas elect a leader on a coordination.k8s.io Lease (only the leader acts) and "
+                       "each gang release is written on that Lease before its first Binding; off: one replica",
+    "lease_namespace": "namespace of the leader election Lease (default: the pod's service-account namespace)",
+    "lease_name": "name of the leader election Lease",
+    "lease_duration_seconds": "a standby takes the Lease once its holder has not renewed it for this long "
+                              "(whole seconds; greater than the renew deadline)",
+    "lease_renew_deadline_seconds": "the leader stops acting when it could not renew the Lease for this long",
+    "lease_retry_period_seconds": "how often the leader renews the Lease and a standby tries to take it",
+    "release_intents_max_bytes": "largest annotation of open releases on the Lease (the API server allows 256 KiB "
+                                 "of annotations per object); a release that would exceed it is not started: "
+                                 "its holds are answered with a retry",
 }
 
 
@@ -211,4 +230,40 @@ def validate(settings: Settings) -> list[str]:
         path = getattr(settings, name)
         if path is not None and not os.path.isfile(path):
             problems.append(f"{name.replace('_', '-')}: no such file {path!r}")
+    problems += _lease_problems(settings)
+    return problems
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _lease_problems(settings: Settings) -> list[str]:
+    """The leader election settings (checked as ``leader.ElectionConfig`` does: the leader must stop
+    acting before a standby may take over)."""
+    problems = []
+    if settings.leader_election not in ("on", "off"):
+        problems.append(f"leader-election must be on or off, got {settings.leader_election!r}")
+    if settings.lease_namespace and not (len(settings.lease_namespace) <= 63
+                                         and _DNS_LABEL.fullmatch(settings.lease_namespace)):
+        problems.append(f"lease-namespace must be a namespace name, got {settings.lease_namespace!r}")
+    if not (len(settings.lease_name) <= 253 and _DNS_SUBDOMAIN.fullmatch(settings.lease_name)):
+        problems.append(f"lease-name must be a DNS subdomain name, got {settings.lease_name!r}")
+    duration, deadline, retry = (settings.lease_duration_seconds, settings.lease_renew_deadline_seconds,
+                                 settings.lease_retry_period_seconds)
+    if not all(0 < value <= 3600 for value in (duration, deadline, retry)):  # also rejects nan
+        problems.append(f"lease-duration-seconds, lease-renew-deadline-seconds and lease-retry-period-seconds "
+                        f"must be in (0, 3600], got {duration}, {deadline}, {retry}")
+    else:
+        if duration != int(duration):
+            problems.append(f"lease-duration-seconds must be whole seconds, got {duration}")
+        if not duration > deadline:
+            problems.append(f"lease-duration-seconds ({duration}) must be greater than lease-renew-deadline-seconds "
+                            f"({deadline}): the leader must stop acting before a standby may take over")
+        if not deadline > 1.2 * retry:
+            problems.append(f"lease-renew-deadline-seconds ({deadline}) must be greater than 1.2 x "
+                            f"lease-retry-period-seconds ({retry})")
+    if not 1024 <= settings.release_intents_max_bytes <= 240 * 1024:
+        problems.append(f"release-intents-max-bytes must be 1024..{240 * 1024}, got "
+                        f"{settings.release_intents_max_bytes}")
     return problems

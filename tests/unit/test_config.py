@@ -37,7 +37,10 @@ def test_field_names() -> None:
                                       "release_journal", "discovery_interval_seconds", "group_status",  # issue 5
                                       "tls_cert_file", "tls_key_file", "tls_client_ca_file",  # issue 6
                                       "scheduler_http_timeout_seconds", "bind_answer_margin_seconds",
-                                      "scheduler_names", "watch_stale_seconds"]  # issue 11
+                                      "scheduler_names", "watch_stale_seconds",  # issue 11
+                                      "leader_election", "lease_namespace", "lease_name", "lease_duration_seconds",
+                                      "lease_renew_deadline_seconds", "lease_retry_period_seconds",
+                                      "release_intents_max_bytes"]  # issue 11
 
 
 @pytest.mark.parametrize(("args", "problem"), [
@@ -240,3 +243,33 @@ def test_cli_help_names_every_env_var(capsys: pytest.CaptureFixture[str]) -> Non
     for name in Settings.field_names():
         assert "--" + name.replace("_", "-") in text
         assert "GANG_EXTENDER_" + name.upper() in text
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    ({"leader_election": "yes"}, "leader-election must be on or off, got 'yes'"),
+    ({"lease_namespace": "Kube_System"}, "lease-namespace must be a namespace name, got 'Kube_System'"),
+    ({"lease_name": "a/b"}, "lease-name must be a DNS subdomain name, got 'a/b'"),
+    ({"lease_duration_seconds": "10"}, "lease-duration-seconds (10.0) must be greater than "
+                                       "lease-renew-deadline-seconds (10.0): the leader must stop acting before a "
+                                       "standby may take over"),
+    ({"lease_duration_seconds": "15.5"}, "lease-duration-seconds must be whole seconds, got 15.5"),
+    ({"lease_retry_period_seconds": "9"}, "lease-renew-deadline-seconds (10.0) must be greater than 1.2 x "
+                                          "lease-retry-period-seconds (9.0)"),
+    ({"lease_retry_period_seconds": "nan"}, "lease-duration-seconds, lease-renew-deadline-seconds and "
+                                            "lease-retry-period-seconds must be in (0, 3600], got 15.0, 10.0, nan"),
+    ({"release_intents_max_bytes": "300000"}, "release-intents-max-bytes must be 1024..245760, got 300000"),
+])
+def test_issue11_lease_settings_are_validated(args: dict[str, str], problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(args, {})
+    assert caught.value.problems == [problem]
+
+
+def test_issue11_lease_settings_defaults_are_valid_for_the_elector() -> None:
+    from extender.leader import ElectionConfig
+
+    settings = load({"leader_election": "on", "lease_namespace": "gang-scheduler"}, {})
+    assert (settings.lease_name, settings.lease_duration_seconds, settings.lease_renew_deadline_seconds,
+            settings.lease_retry_period_seconds) == ("gang-extender", 15.0, 10.0, 2.0)
+    assert ElectionConfig(settings.lease_namespace, settings.lease_name, settings.lease_duration_seconds,
+                          settings.lease_renew_deadline_seconds, settings.lease_retry_period_seconds).problems() == []

@@ -1,0 +1,411 @@
+"""LeaderElector: which replica acts, elected on a ``coordination.k8s.io/v1`` Lease.
+
+Owns: one Lease (namespace/name): creating it, taking it over once its holder has not changed it for
+the holder's ``leaseDurationSeconds``, renewing it every retry period, handing it back on a clean stop;
+``is_leader()``; and *every* write to that Lease. Renewals and the writes of parts attached to the
+Lease (``attach``: the release intents of ``extender.intents``) go through one lock and carry the
+resourceVersion last seen, so the API server refuses (409) a write by a replica that lost the Lease in
+the meantime. Must not: decide scheduling, bind pods, or touch any object but its Lease.
+
+Timing (the semantics of client-go's ``tools/leaderelection``, written anew; the clock is our own
+monotonic one, never the timestamps in the Lease, which another machine's clock wrote):
+
+- A candidate remembers when it last saw the Lease change (its resourceVersion). It may take the Lease
+  when no one holds it, or when the holder left it unchanged for ``leaseDurationSeconds`` (the holder's
+  own setting, in the Lease) since then. A candidate that starts fresh therefore waits a full duration.
+- The leader leads until ``renew_deadline`` after it *sent* its last successful write (acquisition,
+  renewal or attached write). ``is_leader()`` compares that instant with the clock and nothing else,
+  so it turns False on time even when the renewing thread is stuck.
+- The server applied that write after it was sent, and a candidate saw it after that, so with
+  ``lease_duration > renew_deadline`` the leader stops acting before any candidate may take over (as
+  long as the two clocks' rates differ by less than lease_duration / renew_deadline).
+- A write that the server refuses with 409 proves only that the Lease changed; a renewal then reads
+  it again and goes on if it still names us; an attached write never does: it stops leading at once
+  and fails (``FencedError``), and the next round of the elector re-reads the Lease like any candidate.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from extender.kube import KubeClient, KubeError
+
+log = logging.getLogger(__name__)
+
+JITTER = 1.2  # a candidate retries after retry_period x uniform(1, JITTER)
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class LeaseWriteError(Exception):
+    """An attached write was not made (``NotLeaderError``, ``FencedError``) or its outcome is unknown
+    (``LeaseWriteFailedError``)."""
+
+
+class NotLeaderError(LeaseWriteError):
+    """This replica does not lead now; nothing was sent."""
+
+
+class FencedError(LeaseWriteError):
+    """The API server refused the write (409): the Lease changed since we last wrote it, possibly
+    taken over by another replica. This replica stopped leading."""
+
+
+class LeaseWriteFailedError(LeaseWriteError):
+    """The write failed or timed out (the server may or may not have applied it)."""
+
+
+class LeaseApi(Protocol):
+    """The seam to the API server: raw Lease objects, errors as ``KubeError`` (409: conflict)."""
+
+    def get(self, namespace: str, name: str, timeout: float) -> dict[str, Any] | None: ...
+
+    def create(self, namespace: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]: ...
+
+    def replace(self, namespace: str, name: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]: ...
+
+
+class KubeLeaseApi:
+    """``LeaseApi`` over our API client: GET, POST and PUT (the PUT carries metadata.resourceVersion,
+    which the server checks). RBAC: leases get, create, update in the Lease's namespace."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
+
+    @staticmethod
+    def _path(namespace: str, name: str = "") -> str:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
+        return f"{path}/{quote(name, safe='')}" if name else path
+
+    def get(self, namespace: str, name: str, timeout: float) -> dict[str, Any] | None:
+        try:
+            lease: dict[str, Any] = self.kube.request("GET", self._path(namespace, name), timeout=timeout)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return lease
+
+    def create(self, namespace: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        created: dict[str, Any] = self.kube.request("POST", self._path(namespace), body=dict(body),
+                                                    timeout=timeout)
+        return created
+
+    def replace(self, namespace: str, name: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        replaced: dict[str, Any] = self.kube.request("PUT", self._path(namespace, name), body=dict(body),
+                                                     timeout=timeout)
+        return replaced
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionConfig:
+    namespace: str
+    name: str
+    lease_duration: float = 15.0  # seconds a candidate waits on an unchanged Lease before taking it
+    renew_deadline: float = 10.0  # seconds the leader leads after sending its last successful write
+    retry_period: float = 2.0     # seconds between renewals, and between a candidate's tries
+
+    def problems(self) -> list[str]:
+        found = [f"{label} must be a finite number > 0, got {value}"
+                 for label, value in (("lease duration", self.lease_duration),
+                                      ("renew deadline", self.renew_deadline),
+                                      ("retry period", self.retry_period))
+                 if not (value > 0 and math.isfinite(value))]
+        if found:
+            return found
+        if not self.lease_duration > self.renew_deadline:
+            found.append(f"lease duration ({self.lease_duration}) must be greater than the renew deadline "
+                         f"({self.renew_deadline}): the leader must stop acting before another may take over")
+        if not self.renew_deadline > JITTER * self.retry_period:
+            found.append(f"renew deadline ({self.renew_deadline}) must be greater than {JITTER} x the retry "
+                         f"period ({self.retry_period}): a leader needs more than one try to renew")
+        if self.lease_duration != int(self.lease_duration):
+            found.append(f"lease duration must be whole seconds (Lease leaseDurationSeconds), got "
+                         f"{self.lease_duration}")
+        return found
+
+
+def new_identity() -> str:
+    """Unique per process: two replicas on one host share a hostname, and a restarted process must
+    not pass for its predecessor (it would renew a Lease it never acquired)."""
+    return f"{socket.gethostname()}_{os.getpid()}_{secrets.token_hex(4)}"
+
+
+def default_namespace(path: Path = SA_NAMESPACE_FILE) -> str:
+    """The namespace of the pod's service account when running in a cluster, else ``default``."""
+    try:
+        return path.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def _micro_time(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _duration(lease: Mapping[str, Any], fallback: float) -> float:
+    value = (lease.get("spec") or {}).get("leaseDurationSeconds")
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else fallback
+
+
+Adopt = Callable[[str | None], None]  # given the annotation's value in the Lease just acquired
+Provide = Callable[[], str | None]     # the annotation's value to write now (None: remove it)
+
+
+class LeaderElector:
+    """Elect one leader among the replicas sharing ``config``'s Lease.
+
+    Run it with ``start()``/``stop()`` (one daemon thread) or drive ``step()`` yourself. ``on_started``
+    and ``on_stopped`` are called from the thread that runs ``step`` (outside the lock) when leadership
+    is gained and when it is found lost (``is_leader()`` itself turns False on time without them).
+    """
+
+    def __init__(self, api: LeaseApi, config: ElectionConfig, identity: str | None = None, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 on_started: Callable[[], None] | None = None,
+                 on_stopped: Callable[[], None] | None = None) -> None:
+        problems = config.problems()
+        if problems:
+            raise ValueError("invalid leader election settings: " + "; ".join(problems))
+        self.api, self.config = api, config
+        self.identity = identity or new_identity()
+        self.clock, self.wall = clock, wall
+        self.on_started, self.on_stopped = on_started, on_stopped
+        self.lock = threading.RLock()  # held for every write to the Lease
+        self.term = 0                  # leaderships gained by this elector
+        self._lease: dict[str, Any] | None = None  # the Lease as last read or written
+        self._leading_until = 0.0      # monotonic; 0: not leading
+        self.renewed_at = 0.0          # monotonic: when our last successful write of the Lease was sent
+        self._acting = False           # leadership as last reported through the callbacks
+        self._observed = ("", 0.0)     # (resourceVersion, when we first saw it)
+        self._parts: dict[str, tuple[Adopt, Provide]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------------------ read side
+    def is_leader(self) -> bool:
+        """Whether this replica may act now (no lock, no I/O: one clock read)."""
+        return self.clock() < self._leading_until
+
+    @property
+    def resource_version(self) -> str:
+        """The Lease's resourceVersion as last read or written by this replica ("" before any)."""
+        lease = self._lease
+        return str(((lease or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+    @property
+    def holder(self) -> str:
+        """The holder named by the Lease as last seen ("" : none)."""
+        return str(((self._lease or {}).get("spec") or {}).get("holderIdentity") or "")
+
+    def annotations(self) -> dict[str, str]:
+        """The Lease's annotations as last seen."""
+        return dict(((self._lease or {}).get("metadata") or {}).get("annotations") or {})
+
+    def attach(self, key: str, adopt: Adopt, provide: Provide) -> None:
+        """Keep annotation ``key`` of the Lease: ``adopt`` receives its value whenever leadership is
+        gained; every write of the leader sets it to ``provide()``."""
+        with self.lock:
+            self._parts[key] = (adopt, provide)
+
+    # ------------------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
+        self._thread.start()
+
+    def stop(self, release: bool = True) -> None:
+        """Stop electing; with ``release``, hand the Lease back if we lead (the caller must have
+        finished everything it did as the leader: another replica may lead a moment later)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.config.renew_deadline)
+        if release:
+            self.release()
+        self._report()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.step()
+            period = self.config.retry_period
+            self._stop.wait(period if self.is_leader() else period * random.uniform(1.0, JITTER))
+
+    def step(self) -> bool:
+        """One round: renew if leading, else try to acquire. Returns ``is_leader()``."""
+        with self.lock:
+            try:
+                if self._leading_until:
+                    self._renew()
+                else:
+                    self._try_acquire()
+            except KubeError as exc:
+                log.warning("leader election on Lease %s/%s: %s", self.config.namespace, self.config.name, exc)
+            except Exception:  # the elector must survive anything; its deadline keeps it safe
+                log.exception("leader election round failed")
+        self._report()
+        return self.is_leader()
+
+    def _report(self) -> None:
+        leading = self.is_leader()
+        if leading == self._acting:
+            return
+        self._acting = leading
+        log.warning("%s leadership of Lease %s/%s (identity %s)", "gained" if leading else "lost",
+                    self.config.namespace, self.config.name, self.identity)
+        callback = self.on_started if leading else self.on_stopped
+        if callback is not None:
+            try:
+                callback()
+            except Exception:
+                log.exception("leader election callback failed")
+
+    # ------------------------------------------------------------------------------ writes
+    def write(self, overrides: Mapping[str, str | None] | None = None, timeout: float = 5.0) -> None:
+        """Write the attached annotations now (``overrides`` first) as the leader, fenced by the Lease's
+        resourceVersion; a success also renews the Lease. Call with ``self.lock`` held when the
+        annotations' values must not change between the write and its bookkeeping."""
+        with self.lock:
+            now = self.clock()
+            if now >= self._leading_until or self._lease is None:
+                raise NotLeaderError(f"{self.identity} does not lead Lease {self.config.namespace}/{self.config.name}")
+            try:
+                self._put(self._lease, self.identity, min(timeout, self._leading_until - now), overrides or {})
+            except KubeError as exc:
+                if exc.status == 409:
+                    self._leading_until = 0.0
+                    raise FencedError(f"Lease {self.config.namespace}/{self.config.name} changed since "
+                                 f"resourceVersion {self.resource_version}; no longer leading: {exc}") from None
+                raise LeaseWriteFailedError(str(exc)) from None
+
+    def release(self) -> bool:
+        """Hand the Lease back (holder cleared, duration 1 s) if we lead; stops acting first."""
+        with self.lock:
+            if not self.is_leader() or self._lease is None:
+                return False
+            self._leading_until = 0.0
+            try:
+                self._put(self._lease, "", self.config.retry_period, {}, duration=1)
+            except KubeError as exc:
+                log.warning("could not release Lease %s/%s (another replica takes it after its duration): %s",
+                            self.config.namespace, self.config.name, exc)
+                return False
+            log.info("released Lease %s/%s", self.config.namespace, self.config.name)
+            return True
+
+    def _put(self, base: Mapping[str, Any], holder: str, timeout: float,
+             overrides: Mapping[str, str | None], *, duration: int | None = None,
+             acquired: bool = False) -> None:
+        """PUT ``base`` (with its resourceVersion) naming ``holder`` and renewed now; the attached
+        annotations are set from their providers unless ``acquired`` (a takeover keeps what it found)."""
+        body = copy.deepcopy(dict(base))
+        metadata = body.setdefault("metadata", {})
+        annotations: dict[str, str | None] = dict(metadata.get("annotations") or {})
+        if not acquired:
+            for key, (_, provide) in self._parts.items():
+                annotations[key] = provide()
+        annotations.update(overrides)
+        metadata["annotations"] = {key: value for key, value in annotations.items() if value is not None}
+        spec = body.setdefault("spec", {})
+        now = _micro_time(self.wall())
+        spec.update(holderIdentity=holder, renewTime=now,
+                    leaseDurationSeconds=duration or int(self.config.lease_duration))
+        if acquired:
+            previous = str((base.get("spec") or {}).get("holderIdentity") or "")
+            transitions = int((base.get("spec") or {}).get("leaseTransitions") or 0)
+            spec.update(acquireTime=now, leaseTransitions=transitions + (previous != holder))
+        sent = self.clock()
+        written = self.api.replace(self.config.namespace, self.config.name, body, max(timeout, 0.05))
+        self._seen(written, sent)
+        if holder == self.identity:
+            self._leading_until, self.renewed_at = sent + self.config.renew_deadline, sent
+
+    def _seen(self, lease: dict[str, Any], now: float) -> None:
+        self._lease = lease
+        version = self.resource_version
+        if version != self._observed[0]:
+            self._observed = (version, now)
+
+    # ------------------------------------------------------------------------------ rounds
+    def _renew(self) -> None:
+        now = self.clock()
+        if now >= self._leading_until:
+            self._leading_until = 0.0
+            log.warning("could not renew Lease %s/%s within %.1fs: stopped leading", self.config.namespace,
+                        self.config.name, self.config.renew_deadline)
+            return
+        assert self._lease is not None
+        # one try may not take the whole deadline: the lock is held, and an intent write may be waiting
+        timeout = min(self._leading_until - now, max(self.config.retry_period, 1.0))
+        try:
+            self._put(self._lease, self.identity, timeout, {})
+            return
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        fresh = self.api.get(self.config.namespace, self.config.name, timeout)
+        if fresh is None or str((fresh.get("spec") or {}).get("holderIdentity") or "") != self.identity:
+            self._leading_until = 0.0
+            if fresh is not None:
+                self._seen(fresh, self.clock())
+            log.warning("Lease %s/%s is held by %r now: stopped leading", self.config.namespace,
+                        self.config.name, self.holder if fresh else "nobody (deleted)")
+            return
+        self._seen(fresh, self.clock())  # changed by someone else, still ours: write over it
+        self._put(fresh, self.identity, max(self._leading_until - self.clock(), 0.05), {})
+
+    def _try_acquire(self) -> None:
+        timeout = self.config.retry_period
+        lease = self.api.get(self.config.namespace, self.config.name, timeout)
+        if lease is None:
+            self._create(timeout)
+            return
+        now = self.clock()  # after the read: the change it shows happened before now, never after
+        self._seen(lease, now)
+        holder = self.holder
+        expires = self._observed[1] + _duration(lease, self.config.lease_duration)
+        if holder and holder != self.identity and now < expires:
+            return  # held, and changed within its duration
+        self._put(lease, self.identity, timeout, {}, acquired=True)
+        self._won(lease)
+
+    def _create(self, timeout: float) -> None:
+        now = _micro_time(self.wall())
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.config.name, "namespace": self.config.namespace},
+                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.config.lease_duration),
+                         "acquireTime": now, "renewTime": now, "leaseTransitions": 0}}
+        sent = self.clock()
+        try:
+            created = self.api.create(self.config.namespace, body, timeout)
+        except KubeError as exc:
+            if exc.status == 409:
+                return  # another replica created it first: read it next round
+            raise
+        self._seen(created, sent)
+        self._leading_until, self.renewed_at = sent + self.config.renew_deadline, sent
+        self._won(created)
+
+    def _won(self, found: Mapping[str, Any]) -> None:
+        """Leadership gained from Lease ``found`` (as read before the takeover): attached parts adopt
+        what it carried."""
+        self.term += 1
+        annotations = (found.get("metadata") or {}).get("annotations") or {}
+        for key, (adopt, _) in self._parts.items():
+            value = annotations.get(key)
+            adopt(value if isinstance(value, str) else None)
+        log.info("acquired Lease %s/%s as %s (term %d)", self.config.namespace, self.config.name,
+                 self.identity, self.term)
