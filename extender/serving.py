@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import selectors
+import socket
 import ssl
 import threading
 import time
@@ -36,6 +37,7 @@ from extender import framing
 _request = threading.local()
 RECV_BYTES = 256 * 1024
 ACCEPTS_PER_EVENT = 64
+LINGER_SECONDS = 1.0  # a refused client's remaining bytes are read and dropped this long
 
 
 def request_arrival() -> float | None:
@@ -188,17 +190,41 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(conn.sock)
 
-    def _close(self, conn: _Conn, reply: bytes = b"") -> None:
+    def _close(self, conn: _Conn) -> None:
         self._reading.pop(conn, None)
         self._unregister(conn)
         if conn.parked:
             self._parked.remove(conn)
             conn.parked = False
-        if reply:
-            self._send_quietly(conn, reply)
         self._set_charge(conn, 0)
         self.nr_conns -= 1
         conn.close()
+
+    def _refuse(self, conn: _Conn, reply: bytes) -> None:
+        """Send ``reply``, stop sending, and discard what the client still sends for a second before closing,
+        so that a client writing a body it was refused reads the reply instead of a reset."""
+        self._send_quietly(conn, reply)
+        with contextlib.suppress(OSError, ValueError):
+            conn.sock.shutdown(socket.SHUT_WR)
+        conn.buf.clear()
+        self._set_charge(conn, 0)
+        self._reading.pop(conn, None)
+        self._reading[conn] = None  # last in line: the deadline below is the latest
+        conn.deadline = time.monotonic() + LINGER_SECONDS
+        self.poller.modify(conn.sock, selectors.EVENT_READ, lambda _: self._discard(conn))
+
+    def _discard(self, conn: _Conn) -> None:
+        for _ in range(16):
+            try:
+                if not conn.sock.recv(RECV_BYTES):
+                    break
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            except (OSError, ValueError):
+                break
+        else:
+            return
+        self._close(conn)
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -258,12 +284,12 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
         return True
 
     def _advance(self, conn: _Conn) -> None:
-        """Find the head, charge the budget for the whole request, dispatch it once it is all here."""
+        """Find the head, charge the budget with the bytes held, dispatch the request once it is all here."""
         if conn.head is None:
             try:
                 conn.head = framing.find_head(conn.buf, self.limits.caps)
             except framing.RefusedError as refused:
-                self._close(conn, refused.reply())
+                self._refuse(conn, refused.reply())
                 return
             if conn.head is None:
                 self._set_charge(conn, len(conn.buf))
@@ -273,7 +299,7 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
                 self._send_quietly(conn, framing.CONTINUE)
         if conn.parked:
             return
-        self._set_charge(conn, max(len(conn.buf), conn.head.total))
+        self._set_charge(conn, len(conn.buf))  # bytes held, not promised: a slow sender holds almost nothing
         if not self._make_room(conn):
             return
         if len(conn.buf) >= conn.head.total:
@@ -292,7 +318,7 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
         """Keep the bytes held within the budget: close the oldest unfinished connections first; if the
         budget is still exceeded (the rest is in threads), stop reading ``conn`` until room is freed."""
         while self._charged > self.limits.buffer_bytes:
-            victim = next((c for c in self._reading if c is not conn), None)
+            victim = next((c for c in self._reading if c is not conn and c.charge), None)
             if victim is None:
                 break
             self.closed_for_room += 1
@@ -305,12 +331,8 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
         return False
 
     def _unpark(self) -> None:
-        while self._parked:
-            conn = self._parked[0]
-            room = self.limits.buffer_bytes - (self._charged - conn.charge)
-            if conn.head is not None and conn.head.total > room:
-                return
-            self._parked.popleft()
+        while self._parked and self._charged < self.limits.buffer_bytes:
+            conn = self._parked.popleft()
             conn.parked = False
             self.poller.register(conn.sock, selectors.EVENT_READ, lambda _, c=conn: self._on_readable(c))
             self._advance(conn)

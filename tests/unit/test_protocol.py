@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from extender.protocol import (
+    FULL_NODES_REFUSED,
     MAX_SCORE,
     BindArgs,
     FilterArgs,
     FilterResult,
     ProtocolError,
-    FULL_NODES_REFUSED,
     check_node_names,
     parse_bind_args,
     parse_filter_args,
