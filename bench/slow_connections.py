@@ -45,6 +45,9 @@ from tests.http.live import LiveServer, proc_status  # noqa: E402
 
 CORPUS = ROOT / "tests" / "data" / "corpus"
 MODES = ("idle", "head", "body")
+_HEAD = (b"POST /filter HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+         b"Content-Length: 1000000\r\n\r\n")
+PAYLOADS = {"idle": b"", "head": _HEAD, "body": _HEAD + b"[" * 1_000_000}
 
 
 @dataclass
@@ -71,9 +74,7 @@ class SlowClients:
     _conns: dict[int, _Slow] = field(default_factory=dict)
 
     def _payload(self, mode: str) -> bytes:
-        head = (b"POST /filter HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                b"Content-Length: 1000000\r\n\r\n")
-        return {"idle": b"", "head": head, "body": head + b"[" * 1_000_000}[mode]
+        return PAYLOADS[mode]  # shared: one bytes object per mode, not per connection
 
     def _open(self, selector: selectors.BaseSelector, index: int) -> None:
         sock = socket.socket()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import selectors
 import socket
 import ssl
@@ -65,6 +66,8 @@ class _Conn(TConn):  # type: ignore[misc]
         self.charge = 0                     # bytes counted against the worker's budget
         self.handshaking = False
         self.parked = False                 # head read, body waiting for room in the budget
+        self.refused = False                # answered by the poller; the rest is read and dropped
+        self.watching = False               # registered with the poller
         self.request_arrival: float | None = None  # of the request a thread is serving
 
 
@@ -159,6 +162,7 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
                     suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
                 conn.handshaking = True
             self._start_reading(conn, time.monotonic())
+            self._watch_reading(conn)
 
     def _close_one_for_room(self) -> bool:
         """Close the unfinished connection or, failing that, the idle one that has waited longest."""
@@ -174,21 +178,34 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
         return True
 
     def _start_reading(self, conn: _Conn, since: float) -> None:
+        """Count ``conn``'s deadline from ``since``; the caller reads at once or watches it."""
         conn.deadline = since + self.limits.timeout_seconds
         self._reading[conn] = None
-        self.poller.register(conn.sock, selectors.EVENT_READ, lambda _: self._on_readable(conn))
 
     def on_client_socket_readable(self, conn: _Conn, client: Any) -> None:
-        """A kept-alive connection sends its next request."""
-        self.poller.unregister(client)
+        """A kept-alive connection sends its next request: read it now, watch it only if it is not all here."""
+        self._unregister(conn)
         self.keepalived_conns.remove(conn)
         conn.arrival = self._seen_at
         self._start_reading(conn, self._seen_at)
         self._on_readable(conn)
 
+    def _watch(self, conn: _Conn, callback: Any, events: int = selectors.EVENT_READ) -> None:
+        if conn.watching:
+            self.poller.modify(conn.sock, events, callback)
+        else:
+            self.poller.register(conn.sock, events, callback)
+            conn.watching = True
+
+    def _watch_reading(self, conn: _Conn) -> None:
+        if conn in self._reading and not conn.parked and not conn.refused:
+            self._watch(conn, lambda _: self._on_readable(conn))
+
     def _unregister(self, conn: _Conn) -> None:
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self.poller.unregister(conn.sock)
+        if conn.watching:
+            conn.watching = False
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self.poller.unregister(conn.sock)
 
     def _close(self, conn: _Conn) -> None:
         self._reading.pop(conn, None)
@@ -203,6 +220,7 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
     def _refuse(self, conn: _Conn, reply: bytes) -> None:
         """Send ``reply``, stop sending, and discard what the client still sends for a second before closing,
         so that a client writing a body it was refused reads the reply instead of a reset."""
+        conn.refused = True
         self._send_quietly(conn, reply)
         with contextlib.suppress(OSError, ValueError):
             conn.sock.shutdown(socket.SHUT_WR)
@@ -211,7 +229,7 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
         self._reading.pop(conn, None)
         self._reading[conn] = None  # last in line: the deadline below is the latest
         conn.deadline = time.monotonic() + LINGER_SECONDS
-        self.poller.modify(conn.sock, selectors.EVENT_READ, lambda _: self._discard(conn))
+        self._watch(conn, lambda _: self._discard(conn))
 
     def _discard(self, conn: _Conn) -> None:
         for _ in range(16):
@@ -245,14 +263,16 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
                 self._close(conn)
 
     def _read(self, conn: _Conn) -> None:
+        """Read what the socket has (up to the end of the current request), advancing after each chunk."""
         if conn.handshaking and not self._handshake(conn):
             return
-        want = conn.head.total if conn.head is not None else framing.HEAD_MAX_BYTES + 1
-        while len(conn.buf) < want:
+        while conn in self._reading and not conn.parked and not conn.refused:
+            want = conn.head.total - len(conn.buf) if conn.head is not None else RECV_BYTES
             try:
-                chunk = conn.sock.recv(min(RECV_BYTES, want - len(conn.buf)) if conn.head else RECV_BYTES)
+                chunk = conn.sock.recv(min(RECV_BYTES, want))
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                break
+                self._watch_reading(conn)  # the rest of the request comes later
+                return
             except (OSError, ValueError):
                 self._close(conn)
                 return
@@ -262,25 +282,23 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
             if conn.arrival is None:
                 conn.arrival = self._seen_at
             conn.buf += chunk
-            if conn.head is None:
-                break  # look for the head before reading on
-        self._advance(conn)
+            self._advance(conn)
 
     def _handshake(self, conn: _Conn) -> bool:
         try:
             conn.sock.do_handshake()
         except ssl.SSLWantReadError:
-            self.poller.modify(conn.sock, selectors.EVENT_READ, lambda _: self._on_readable(conn))
+            self._watch(conn, lambda _: self._on_readable(conn))
             return False
         except ssl.SSLWantWriteError:
-            self.poller.modify(conn.sock, selectors.EVENT_WRITE, lambda _: self._on_readable(conn))
+            self._watch(conn, lambda _: self._on_readable(conn), selectors.EVENT_WRITE)
             return False
         except (ssl.SSLError, OSError, ValueError) as exc:
             self.log.debug("TLS handshake failed: %s", exc)
             self._close(conn)
             return False
         conn.handshaking = False
-        self.poller.modify(conn.sock, selectors.EVENT_READ, lambda _: self._on_readable(conn))
+        self._watch(conn, lambda _: self._on_readable(conn))
         return True
 
     def _advance(self, conn: _Conn) -> None:
@@ -334,7 +352,7 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
         while self._parked and self._charged < self.limits.buffer_bytes:
             conn = self._parked.popleft()
             conn.parked = False
-            self.poller.register(conn.sock, selectors.EVENT_READ, lambda _, c=conn: self._on_readable(c))
+            self._watch_reading(conn)
             self._advance(conn)
 
     # -------------------------------------------------------------------------------- threads
@@ -343,16 +361,20 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
         assert head is not None
         self._reading.pop(conn, None)
         self._unregister(conn)
-        request = bytes(conn.buf[:head.total])
+        if len(conn.buf) == head.total:  # the usual case: one copy
+            request, conn.buf = bytes(conn.buf), bytearray()
+        else:
+            request = bytes(memoryview(conn.buf)[:head.total])
+            del conn.buf[:head.total]
         if head.expects_continue:
             request = framing.without_expect(request, head)
-        del conn.buf[:head.total]
         conn.request_arrival, conn.head = conn.arrival, None
         conn.arrival = self._seen_at if conn.buf else None
         if conn.parser is None:
             conn.initialized = True
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
-        conn.parser.unreader.unread(request)
+        left = conn.parser.unreader.take_buffered()
+        conn.parser.unreader.buf = io.BytesIO(request + left if left else request)  # shares ``request``
         conn.sock.settimeout(self.limits.timeout_seconds)  # bounds writing the reply
         future = self.tpool.submit(self.handle, conn)
         future.add_done_callback(lambda done: self.method_queue.defer(self.finish_request, conn, done))
@@ -393,12 +415,12 @@ class ExtenderWorker(ThreadWorker):  # type: ignore[misc]
         self._set_charge(conn, len(conn.buf))
         if conn.buf:
             self._start_reading(conn, conn.arrival or self._seen_at)
+            self._watch_reading(conn)
             self._advance(conn)
         else:
             conn.set_timeout()
             self.keepalived_conns.append(conn)
-            self.poller.register(conn.sock, selectors.EVENT_READ,
-                                 lambda client, c=conn: self.on_client_socket_readable(c, client))
+            self._watch(conn, lambda client, c=conn: self.on_client_socket_readable(c, client))
         self._unpark()
 
 
