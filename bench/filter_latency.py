@@ -129,6 +129,12 @@ def serve(argv: list[str]) -> int:
     from extender import app as app_module
     from extender import cli
 
+    try:  # /noop takes filter-sized bodies: the serving worker caps it like /filter
+        from extender import framing
+        framing.NAME_LIST_PATHS = (*framing.NAME_LIST_PATHS, "/noop")
+    except ImportError:  # an older tree (--source-like PYTHONPATH runs): one cap for every path
+        pass
+
     production_create_app = app_module.create_app
 
     def create_app(*args: Any, **kwargs: Any) -> Any:

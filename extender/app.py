@@ -42,8 +42,9 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
-        message = {413: f"request body larger than {settings.max_body_bytes} bytes"}.get(
-            status, exc.description or exc.name)
+        message = exc.description or exc.name
+        if status == 413 and not isinstance(exc, routes.BodyTooLarge):
+            message = f"request body larger than {settings.max_body_bytes} bytes"
         response = routes.json_response({"error": message, "status": status}, status)
         if isinstance(exc, MethodNotAllowed) and exc.valid_methods:  # RFC 9110: a 405 names what is allowed
             response.headers["Allow"] = ", ".join(exc.valid_methods)

@@ -1,8 +1,9 @@
 """Command line: ``gang-extender serve`` and ``gang-extender explain`` (extender/explain.py).
 
 Owns: argument parsing, logging setup, turning invalid settings into one message and exit code 2,
-and running gunicorn with exactly one gthread worker (gang state, the mirror and held binds must live
-in one process; see docs/decisions/0001-one-worker.md). Must not: contain extender logic.
+and running gunicorn with exactly one worker of extender/serving.py's gthread class (gang state, the
+mirror and held binds must live in one process; see docs/decisions/0001-one-worker.md). Must not:
+contain extender logic.
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-KEEPALIVE_CONNECTIONS = 256  # idle keep-alive client connections on top of one per thread
+KEEPALIVE_CONNECTIONS = 256  # idle or unfinished client connections on top of one per thread
 FDS_BESIDES_CONNECTIONS = 128  # listening socket, watches, API connection pool, log and record files
 
 
 def worker_connections(threads: int) -> int:
-    """gunicorn's per-worker connection cap. Its default, 1000, would cap held binds below --threads
-    above 1000 and, at or above 1000 threads, turn keep-alive off (gthread keeps at most
-    worker_connections - threads idle connections)."""
+    """The worker's connection cap: it bounds file descriptors, never who gets in. At the cap the worker
+    (extender/serving.py) closes the oldest unfinished or idle connection to accept the next one, so
+    kube-scheduler is not refused however many idle or slow connections others open."""
     return threads + KEEPALIVE_CONNECTIONS
 
 
@@ -62,14 +63,18 @@ def ensure_open_files(threads: int) -> tuple[int, int]:
 def serve(settings: config.Settings) -> None:
     from gunicorn.app.base import BaseApplication
 
+    from extender import framing, serving
     from extender.app import create_app
+
+    limits = serving.Limits(framing.BodyCaps(settings.max_body_bytes, settings.max_full_nodes_body_bytes),
+                            settings.client_timeout_seconds, settings.request_buffer_bytes)
 
     class _Gunicorn(BaseApplication):  # type: ignore[misc]
         def load_config(self) -> None:
             options: dict[str, Any] = {
                 "bind": f"{settings.host}:{settings.port}",
                 "workers": 1,                 # never more: see docs/decisions/0001-one-worker.md
-                "worker_class": "gthread",
+                "worker_class": serving.worker_class(limits),  # gthread reading requests in its poller
                 "threads": settings.threads,  # each held bind occupies a thread
                 "worker_connections": worker_connections(settings.threads),
                 "timeout": 120,
@@ -83,6 +88,8 @@ def serve(settings: config.Settings) -> None:
                 options.update(certfile=settings.tls_cert_file, keyfile=settings.tls_key_file)
                 if settings.tls_client_ca_file:  # only clients with a certificate this CA signed
                     options.update(ca_certs=settings.tls_client_ca_file, cert_reqs=ssl.CERT_REQUIRED)
+            if "http_protocols" in self.cfg.settings:
+                options["http_protocols"] = "h1"  # the worker frames HTTP/1.1 only
             if "control_socket_disable" in self.cfg.settings:  # gunicorn >= 25
                 # Its control socket can add workers at run time, which would break the one-worker rule.
                 options["control_socket_disable"] = True

@@ -37,7 +37,7 @@ class Settings:
     gang_backoff_seconds: float = 10.0     # first back-off after a gang timeout (doubles, capped at 300 s)
     cache_size: int = 1_000_000            # node verdicts kept over all signatures (~150 B each); 0 disables
     cache_ttl_seconds: float = 300.0       # backstop: entries are refreshed by generation anyway
-    max_body_bytes: int = 64 * 2**20
+    max_body_bytes: int = 4 * 2**20        # filter/prioritize body, NodeNames form (docs/reliability.md)
     threads: int = 4096                    # gunicorn gthread threads: >= bind requests held at once
     bind_parallelism: int = 8              # API binds in flight when a gang reaches quorum
     log_level: str = "INFO"
@@ -60,6 +60,9 @@ class Settings:
     lease_renew_deadline_seconds: float = 10.0  # the leader stops acting this long after its last renewal
     lease_retry_period_seconds: float = 2.0     # renewal period, and a standby's retry period
     release_intents_max_bytes: int = 128 * 1024  # open releases kept on the Lease, at most (an annotation)
+    client_timeout_seconds: float = 5.0    # a request must arrive, and its reply be taken, within this
+    max_full_nodes_body_bytes: int = 0     # filter/prioritize body in the full Nodes form; 0: that form is refused
+    request_buffer_bytes: int = 16 * 2**20  # request bytes held at once over all connections
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -81,7 +84,8 @@ _HELP = {
     "cache_size": "filter cache capacity in node verdicts summed over all signatures (an entry weighs one per "
                   "node it knows; ~150 bytes each); 0 disables the cache",
     "cache_ttl_seconds": "backstop lifetime of a filter cache entry",
-    "max_body_bytes": "largest request body accepted (413 above)",
+    "max_body_bytes": "largest filter/prioritize body in the NodeNames form (nodeCacheCapable: true; 413 above); "
+                      "bind bodies are capped at 16 KiB, bodies of other paths at 16 KiB",
     "threads": "worker threads; each bind held at a gang barrier occupies one",
     "bind_parallelism": "API bind calls in flight when a gang reaches quorum",
     "log_level": "one of " + ", ".join(LOG_LEVELS),
@@ -120,6 +124,13 @@ _HELP = {
     "release_intents_max_bytes": "largest annotation of open releases on the Lease (the API server allows 256 KiB "
                                  "of annotations per object); a release that would exceed it is not started: "
                                  "its holds are answered with a retry",
+    "client_timeout_seconds": "a connection's request (head and body) must arrive within this many seconds of its "
+                              "first byte (of its accept for a new connection), and a reply must be taken by the "
+                              "client within it; otherwise the connection is closed",
+    "max_full_nodes_body_bytes": "largest filter/prioritize body in the full Nodes form (nodeCacheCapable: false); "
+                                 "0 refuses that form with a 400",
+    "request_buffer_bytes": "request bytes held at once over all connections, from the first byte read to the end "
+                            "of the handler (bounds the memory bodies can take); at least every body cap",
 }
 
 
@@ -230,8 +241,7 @@ def validate(settings: Settings) -> list[str]:
         path = getattr(settings, name)
         if path is not None and not os.path.isfile(path):
             problems.append(f"{name.replace('_', '-')}: no such file {path!r}")
-    problems += _lease_problems(settings)
-    return problems
+    return problems + _lease_problems(settings) + _serving_problems(settings)
 
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -266,4 +276,18 @@ def _lease_problems(settings: Settings) -> list[str]:
     if not 1024 <= settings.release_intents_max_bytes <= 240 * 1024:
         problems.append(f"release-intents-max-bytes must be 1024..{240 * 1024}, got "
                         f"{settings.release_intents_max_bytes}")
+    return problems
+
+
+def _serving_problems(settings: Settings) -> list[str]:
+    problems = []
+    if not 0.1 <= settings.client_timeout_seconds <= 300:  # also rejects nan
+        problems.append(f"client-timeout-seconds must be 0.1..300, got {settings.client_timeout_seconds}")
+    if settings.max_full_nodes_body_bytes != 0 and settings.max_full_nodes_body_bytes < 1024:
+        problems.append(f"max-full-nodes-body-bytes must be 0 (refused) or >= 1024, got "
+                        f"{settings.max_full_nodes_body_bytes}")
+    largest = max(settings.max_body_bytes, settings.max_full_nodes_body_bytes)
+    if settings.request_buffer_bytes < largest:
+        problems.append(f"request-buffer-bytes must be at least the largest body cap ({largest}), got "
+                        f"{settings.request_buffer_bytes}")
     return problems

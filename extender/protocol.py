@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
+MAX_NODE_NAME = 253  # a Node's name is a DNS subdomain (RFC 1123): at most 253 characters
 
 
 class ProtocolError(ValueError):
@@ -122,8 +123,14 @@ def _check_spec(spec: dict[str, Any]) -> None:
                                         f"array of strings, got {_type_name(values)}")
 
 
-def parse_filter_args(body: object) -> FilterArgs:
-    """Validate an ExtenderArgs body (filter and prioritize share it)."""
+FULL_NODES_REFUSED = ("the full Nodes form (nodeCacheCapable: false) is not accepted by this extender: set "
+                      "nodeCacheCapable: true in the scheduler's extender entry, or start the extender with "
+                      "--max-full-nodes-body-bytes")
+
+
+def parse_filter_args(body: object, full_nodes: bool = True) -> FilterArgs:
+    """Validate an ExtenderArgs body (filter and prioritize share it); ``full_nodes`` False refuses the
+    ``Nodes`` form (a request carrying only full Node objects)."""
     body = _require_object(body, "request body")
     pod = _pod(body)
     raw_names, raw_nodes = body.get("NodeNames"), body.get("Nodes")
@@ -134,6 +141,8 @@ def parse_filter_args(body: object) -> FilterArgs:
         if not isinstance(raw_names, list):
             raise ProtocolError(f"NodeNames must be an array of strings, got {_type_name(raw_names)}")
         names: list[str] = raw_names
+    elif not full_nodes:
+        raise ProtocolError(FULL_NODES_REFUSED)
     else:
         node_list = _require_object(raw_nodes, "Nodes")
         items = node_list.get("items")
@@ -145,20 +154,29 @@ def parse_filter_args(body: object) -> FilterArgs:
         for index, node in enumerate(items):
             meta = node.get("metadata") if isinstance(node, dict) else None
             name = meta.get("name") if isinstance(meta, dict) else None
-            if not isinstance(name, str) or not name:
-                raise ProtocolError(f"Nodes.items[{index}].metadata.name must be a non-empty string")
+            if not isinstance(name, str) or not name or len(name) > MAX_NODE_NAME:
+                raise ProtocolError(f"Nodes.items[{index}].metadata.name must be a non-empty string of at most "
+                                    f"{MAX_NODE_NAME} characters")
             names.append(name)
         nodes = items
     return FilterArgs(pod=pod, node_names=names, nodes=nodes)
 
 
 def check_node_names(names: list[Any]) -> list[str]:
-    """Raise ProtocolError unless every element is a non-empty string (duplicates are allowed:
-    each gets its own verdict)."""
-    if set(map(type, names)) - {str} or "" in names:  # two C-level passes; the loop only finds the culprit
+    """Raise ProtocolError unless every element is a string of 1..253 characters (duplicates are
+    allowed: each gets its own verdict)."""
+    try:  # two C-level passes (~80 us for 5,000 names); the loop below only finds the culprit
+        "".join(names)  # TypeError unless every element is a str
+        lengths = set(map(len, names))
+    except TypeError:
+        lengths = {0}
+    if 0 in lengths or max(lengths, default=0) > MAX_NODE_NAME:
         for index, name in enumerate(names):
             if not isinstance(name, str) or not name:
                 raise ProtocolError(f"NodeNames[{index}] must be a non-empty string")
+            if len(name) > MAX_NODE_NAME:
+                raise ProtocolError(f"NodeNames[{index}] is {len(name)} characters long; a node name has at most "
+                                    f"{MAX_NODE_NAME}")
     return names
 
 

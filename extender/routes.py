@@ -16,9 +16,9 @@ from typing import Any
 import orjson
 from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from extender import protocol
+from extender import framing, protocol, serving
 from extender.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -41,12 +41,39 @@ def _parse(data: bytes) -> Any:
         raise ProtocolError(f"request body is not valid JSON: {exc}") from None
 
 
+class BodyTooLarge(RequestEntityTooLarge):
+    """413 with the cap that applies (the app's handler shows ``description``)."""
+
+
+def _caps() -> framing.BodyCaps:
+    settings = _ext().runtime.settings
+    return framing.BodyCaps(settings.max_body_bytes, settings.max_full_nodes_body_bytes)
+
+
+def _read_body(verb: str) -> bytes:
+    """The body, within its path's cap (the serving worker enforces the same caps before this runs)."""
+    cap = _caps().for_path("/" + verb)
+    request.max_content_length = cap
+    try:
+        return request.get_data(cache=False)
+    except RequestEntityTooLarge:
+        raise BodyTooLarge(f"request body larger than {cap} bytes") from None
+
+
+def _filter_args(body: Any) -> protocol.FilterArgs:
+    caps = _caps()
+    args = protocol.parse_filter_args(body, full_nodes=caps.full_nodes > 0)
+    if args.nodes is None and (request.content_length or 0) > caps.names:  # the NodeNames form's own cap
+        raise BodyTooLarge(f"request body larger than {caps.names} bytes (the NodeNames form)")
+    return args
+
+
 def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], Any]) -> Response:
     ext = _ext()
     arrival = time.time()
     started = time.perf_counter()
     outcome = "ok"
-    data = request.get_data(cache=False)
+    data = _read_body(verb)
     try:
         problem = ext.runtime.serving_problem()
         if problem:
@@ -79,7 +106,7 @@ def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], An
 @bp.post("/filter")
 def filter_() -> Response:
     def handle(body: Any) -> Any:
-        args = protocol.parse_filter_args(body)
+        args = _filter_args(body)
         return protocol.render_filter(args, _ext().runtime.engine.filter(args))
     return _serve("filter", handle, lambda message: protocol.render_filter_error(None, message))
 
@@ -87,14 +114,17 @@ def filter_() -> Response:
 @bp.post("/prioritize")
 def prioritize() -> Response:
     def handle(body: Any) -> Any:
-        args = protocol.parse_filter_args(body)
+        args = _filter_args(body)
         return protocol.render_priorities(_ext().runtime.engine.prioritize(args))
     return _serve("prioritize", handle, lambda message: [])
 
 
 @bp.post("/bind")
 def bind() -> Response:
-    arrival = time.monotonic()  # the engine answers (and binds) within the caller's timeout from here
+    # The engine answers (and binds) within the caller's timeout counted from when the request's first
+    # bytes reached the process, before any wait for a thread (the worker stamps it).
+    stamped = serving.request_arrival()
+    arrival = time.monotonic() if stamped is None else stamped
 
     def handle(body: Any) -> Any:
         return protocol.render_bind(_ext().runtime.engine.bind(protocol.parse_bind_args(body), arrival))

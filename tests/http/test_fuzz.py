@@ -96,7 +96,9 @@ def app(snapshot: Path) -> Iterator[Flask | None]:
     if URL:
         yield None
         return
-    app = create_app(Settings(cluster_snapshot=str(snapshot), gang_timeout_seconds=0.02, gang_backoff_seconds=0.0))
+    # the full Nodes form is off by default; it is turned on here so that its parsing is fuzzed too
+    app = create_app(Settings(cluster_snapshot=str(snapshot), gang_timeout_seconds=0.02, gang_backoff_seconds=0.0,
+                              max_full_nodes_body_bytes=64 * 2**20, request_buffer_bytes=64 * 2**20))
     yield app
     app.extensions["gang_extender"].runtime.close()
 

@@ -15,6 +15,8 @@ from werkzeug.test import TestResponse
 
 from extender.app import create_app
 from extender.config import Settings
+from extender.framing import BIND_BODY_MAX_BYTES
+from extender.protocol import FULL_NODES_REFUSED
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 EXAMPLE_SNAPSHOT = Path(__file__).resolve().parents[2] / "examples" / "snapshot.yaml"
@@ -117,9 +119,30 @@ def test_filter_node_selector(client: FlaskClient) -> None:
                                    "FailedAndUnresolvableNodes": {}, "Error": ""}
 
 
-def test_filter_full_nodes_echoes_feasible_items(client: FlaskClient, golden: Golden) -> None:
+@pytest.fixture
+def full_client(make_app: Callable[..., Flask]) -> FlaskClient:
+    """An extender that accepts the full Nodes form (nodeCacheCapable: false); it is off by default."""
+    return make_app(max_full_nodes_body_bytes=8 * 2**20).test_client()
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+def test_full_nodes_form_refused_by_default(client: FlaskClient, verb: str) -> None:
+    payload = assert_json_error(post(client, verb, raw("filter_request_nodes.json")), 400)
+    assert payload == {"error": FULL_NODES_REFUSED, "verb": verb}
+    assert "nodeCacheCapable: true" in payload["error"]
+
+
+def test_names_form_keeps_its_own_cap_when_full_nodes_are_on(make_app: Callable[..., Flask]) -> None:
+    client = make_app(max_body_bytes=2048, max_full_nodes_body_bytes=16384, request_buffer_bytes=16384).test_client()
+    names = [f"node-{i}" for i in range(400)]
+    payload = assert_json_error(post(client, "filter", filter_body(pod("web-2"), names)), 413)
+    assert payload == {"error": "request body larger than 2048 bytes (the NodeNames form)", "status": 413}
+    assert post(client, "filter", raw("filter_request_nodes.json")).status_code == 200
+
+
+def test_filter_full_nodes_echoes_feasible_items(full_client: FlaskClient, golden: Golden) -> None:
     request = golden("filter_request_nodes.json")
-    response = post(client, "filter", raw("filter_request_nodes.json"))
+    response = post(full_client, "filter", raw("filter_request_nodes.json"))
     assert response.status_code == 200
     reply = response.get_json()
     assert reply == golden("filter_response_nodes.json")
@@ -127,38 +150,38 @@ def test_filter_full_nodes_echoes_feasible_items(client: FlaskClient, golden: Go
     assert reply["NodeNames"] == ["node-1", "node-2", "node-3"]
 
 
-def test_filter_full_nodes_drops_infeasible_items(client: FlaskClient, golden: Golden) -> None:
+def test_filter_full_nodes_drops_infeasible_items(full_client: FlaskClient, golden: Golden) -> None:
     request = golden("filter_request_nodes.json")
     request["Pod"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "node-2"}
-    reply = post(client, "filter", request).get_json()
+    reply = post(full_client, "filter", request).get_json()
     message = "node does not match the pod's nodeSelector"
     assert reply == {"Nodes": {"items": [request["Nodes"]["items"][1]]}, "NodeNames": ["node-2"],
                      "FailedNodes": {"node-1": message, "node-3": message},
                      "FailedAndUnresolvableNodes": {}, "Error": ""}
 
 
-def test_filter_full_nodes_teach_the_mirror_nothing(client: FlaskClient) -> None:
+def test_filter_full_nodes_teach_the_mirror_nothing(full_client: FlaskClient) -> None:
     """A forged ``Nodes`` list (issue 11, reproduction 3): an invented node is infeasible, and stays
     unknown to later requests; a real node's forged allocatable is ignored for the mirror's."""
     ghost = {"metadata": {"name": "ghost", "labels": {}},
              "status": {"allocatable": {"cpu": "512", "memory": "4Ti", "pods": "110"}}}
     body = {"Pod": pod("web-2"), "Nodes": {"metadata": {}, "items": [ghost]}, "NodeNames": None}
-    reply = post(client, "filter", body).get_json()
+    reply = post(full_client, "filter", body).get_json()
     assert reply == {"Nodes": {"items": []}, "NodeNames": [], "FailedNodes": {"ghost": UNKNOWN_NODE},
                      "FailedAndUnresolvableNodes": {}, "Error": ""}
-    reply = post(client, "filter", filter_body(pod("web-3"), ["ghost"])).get_json()
+    reply = post(full_client, "filter", filter_body(pod("web-3"), ["ghost"])).get_json()
     assert reply["NodeNames"] == [] and reply["FailedNodes"] == {"ghost": UNKNOWN_NODE}
     big = pod("web-2")
     big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100"}}
     forged = {"metadata": {"name": "node-1"}, "status": {"allocatable": {"cpu": "512", "pods": "110"}}}
-    reply = post(client, "filter", {"Pod": big, "Nodes": {"items": [forged]}, "NodeNames": None}).get_json()
+    reply = post(full_client, "filter", {"Pod": big, "Nodes": {"items": [forged]}, "NodeNames": None}).get_json()
     assert reply["NodeNames"] == [] and reply["FailedNodes"]["node-1"].startswith("Insufficient cpu")
 
 
-def test_filter_full_nodes_are_never_parsed(client: FlaskClient) -> None:
+def test_filter_full_nodes_are_never_parsed(full_client: FlaskClient) -> None:
     bad = {"metadata": {"name": "node-9"}, "status": {"allocatable": {"cpu": "lots"}}}
     body = {"Pod": pod("web-2"), "Nodes": {"items": [bad]}, "NodeNames": None}
-    reply = post(client, "filter", body).get_json()
+    reply = post(full_client, "filter", body).get_json()
     assert reply["NodeNames"] == [] and reply["FailedNodes"] == {"node-9": UNKNOWN_NODE}
 
 
@@ -227,8 +250,8 @@ def test_prioritize_gang_member(client: FlaskClient) -> None:
     assert reply == [{"Host": name, "Score": 0} for name in NODE_NAMES]
 
 
-def test_prioritize_full_nodes_request(client: FlaskClient) -> None:
-    reply = post(client, "prioritize", raw("filter_request_nodes.json")).get_json()
+def test_prioritize_full_nodes_request(full_client: FlaskClient) -> None:
+    reply = post(full_client, "prioritize", raw("filter_request_nodes.json")).get_json()
     assert reply == [{"Host": name, "Score": 0} for name in NODE_NAMES[:3]]
 
 
@@ -349,6 +372,9 @@ def test_non_object_bodies(client: FlaskClient, verb: str, data: bytes, message:
     ],
 )
 def test_malformed_json(client: FlaskClient, verb: str, data: bytes) -> None:
+    if verb == "bind" and len(data) > BIND_BODY_MAX_BYTES:
+        assert_json_error(post(client, verb, data), 413)
+        return
     payload = assert_json_error(post(client, verb, data), 400)
     assert payload["verb"] == verb
     assert payload["error"].startswith("request body is not valid JSON: ")
@@ -375,8 +401,8 @@ def test_deep_nesting_names_the_depth_limit(client: FlaskClient) -> None:
     ],
 )
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])
-def test_wrong_types(client: FlaskClient, verb: str, body: dict[str, Any], message: str) -> None:
-    payload = assert_json_error(post(client, verb, body), 400)
+def test_wrong_types(full_client: FlaskClient, verb: str, body: dict[str, Any], message: str) -> None:
+    payload = assert_json_error(post(full_client, verb, body), 400)
     assert payload == {"error": message, "verb": verb}
 
 
@@ -423,10 +449,14 @@ def test_wrong_types_inside_the_pod_are_bad_requests(client: FlaskClient, verb: 
 
 def test_oversized_body(make_app: Callable[..., Flask]) -> None:
     client = make_app(max_body_bytes=1024).test_client()
-    for verb in VERBS:
+    for verb in ("filter", "prioritize"):
         response = post(client, verb, b"{" + b" " * 2048 + b"}")
         payload = assert_json_error(response, 413)
         assert payload == {"error": "request body larger than 1024 bytes", "status": 413}
+    # bind has its own cap, whatever --max-body-bytes says
+    assert post(client, "bind", b"{" + b" " * 2048 + b"}").status_code == 400
+    payload = assert_json_error(post(client, "bind", b"{" + b" " * BIND_BODY_MAX_BYTES + b"}"), 413)
+    assert payload == {"error": f"request body larger than {BIND_BODY_MAX_BYTES} bytes", "status": 413}
     # below the limit still works
     small = json.dumps(bind_body("web-1", "node-1"))
     assert len(small) < 1024

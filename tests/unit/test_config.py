@@ -25,7 +25,7 @@ def test_defaults() -> None:
     assert settings == Settings()
     assert settings == Settings(host="127.0.0.1", port=8888, kubeconfig=None, cluster_snapshot=None,
                                 gang_timeout_seconds=20.0, gang_backoff_seconds=10.0, cache_size=1_000_000,
-                                cache_ttl_seconds=300.0, max_body_bytes=64 * 2**20, threads=4096,
+                                cache_ttl_seconds=300.0, max_body_bytes=4 * 2**20, threads=4096,
                                 bind_parallelism=8, log_level="INFO")
     assert load(None, {}) == Settings()
 
@@ -40,7 +40,9 @@ def test_field_names() -> None:
                                       "scheduler_names", "watch_stale_seconds",  # issue 11
                                       "leader_election", "lease_namespace", "lease_name", "lease_duration_seconds",
                                       "lease_renew_deadline_seconds", "lease_retry_period_seconds",
-                                      "release_intents_max_bytes"]  # issue 11
+                                      "release_intents_max_bytes",
+                                      "client_timeout_seconds", "max_full_nodes_body_bytes",  # issue 11
+                                      "request_buffer_bytes"]
 
 
 @pytest.mark.parametrize(("args", "problem"), [
@@ -155,6 +157,13 @@ def test_config_error_lists_every_problem_at_once(tmp_path: Path) -> None:
         ({"bind_parallelism": "257"}, "bind-parallelism must be 1..256, got 257"),
         ({"max_body_bytes": "1023"}, "max-body-bytes must be >= 1024, got 1023"),
         ({"log_level": "trace"}, "log-level must be one of DEBUG, INFO, WARNING, ERROR, got 'trace'"),
+        ({"client_timeout_seconds": "0"}, "client-timeout-seconds must be 0.1..300, got 0.0"),
+        ({"client_timeout_seconds": "nan"}, "client-timeout-seconds must be 0.1..300, got nan"),
+        ({"max_full_nodes_body_bytes": "100"}, "max-full-nodes-body-bytes must be 0 (refused) or >= 1024, got 100"),
+        ({"max_full_nodes_body_bytes": str(2**30)},
+         f"request-buffer-bytes must be at least the largest body cap ({2**30}), got {16 * 2**20}"),
+        ({"request_buffer_bytes": str(2**20)},
+         f"request-buffer-bytes must be at least the largest body cap ({4 * 2**20}), got {2**20}"),
     ],
 )
 def test_single_problems(args: dict[str, Any], problem: str) -> None:
@@ -168,7 +177,8 @@ def test_single_problems(args: dict[str, Any], problem: str) -> None:
     [
         {"port": "1"}, {"port": "65535"}, {"threads": "1"}, {"threads": "10000"}, {"bind_parallelism": "256"},
         {"max_body_bytes": "1024"}, {"gang_backoff_seconds": "0"}, {"cache_size": "0"},
-        {"log_level": "warning"}, {"gang_timeout_seconds": "0.001"},
+        {"log_level": "warning"}, {"gang_timeout_seconds": "0.001"}, {"client_timeout_seconds": "0.1"},
+        {"max_full_nodes_body_bytes": str(16 * 2**20)}, {"request_buffer_bytes": str(4 * 2**20)},
     ],
 )
 def test_boundaries_accepted(args: dict[str, Any]) -> None:

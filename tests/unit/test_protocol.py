@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from extender.protocol import (
+    FULL_NODES_REFUSED,
     MAX_SCORE,
     BindArgs,
     FilterArgs,
@@ -203,13 +204,15 @@ def _pod_with(metadata: object = None, **fields: Any) -> dict[str, Any]:
         (body(NodeNames=None, Nodes={"items": {"a": node("a")}}), "Nodes.items must be an array, got object"),
         (body(NodeNames=None, Nodes={"items": "a"}), "Nodes.items must be an array, got string"),
         (body(NodeNames=None, Nodes={"items": [node("a"), "b"]}),
-         "Nodes.items[1].metadata.name must be a non-empty string"),
+         "Nodes.items[1].metadata.name must be a non-empty string of at most 253 characters"),
         (body(NodeNames=None, Nodes={"items": [{"metadata": None}]}),
-         "Nodes.items[0].metadata.name must be a non-empty string"),
+         "Nodes.items[0].metadata.name must be a non-empty string of at most 253 characters"),
         (body(NodeNames=None, Nodes={"items": [{"metadata": {"name": ""}}]}),
-         "Nodes.items[0].metadata.name must be a non-empty string"),
+         "Nodes.items[0].metadata.name must be a non-empty string of at most 253 characters"),
         (body(NodeNames=None, Nodes={"items": [{"metadata": {"name": 1}}]}),
-         "Nodes.items[0].metadata.name must be a non-empty string"),
+         "Nodes.items[0].metadata.name must be a non-empty string of at most 253 characters"),
+        (body(NodeNames=None, Nodes={"items": [{"metadata": {"name": "n" * 254}}]}),
+         "Nodes.items[0].metadata.name must be a non-empty string of at most 253 characters"),
     ],
 )
 def test_parse_filter_args_rejects(request_body: object, message: str) -> None:
@@ -225,6 +228,9 @@ def test_parse_filter_args_rejects(request_body: object, message: str) -> None:
         ([None], "NodeNames[0] must be a non-empty string"),
         (["a", ""], "NodeNames[1] must be a non-empty string"),
         ([["a"]], "NodeNames[0] must be a non-empty string"),
+        (["a", "n" * 254], "NodeNames[1] is 254 characters long; a node name has at most 253"),
+        (["n" * 253, "n" * 100_000], "NodeNames[1] is 100000 characters long; a node name has at most 253"),
+        (["a", "n" * 254, 7], "NodeNames[1] is 254 characters long; a node name has at most 253"),
     ],
 )
 def test_check_node_names_rejects(names: list[Any], message: str) -> None:
@@ -451,3 +457,17 @@ def test_max_score_is_upstream_max_extender_priority() -> None:
 @pytest.mark.parametrize(("error", "expected"), [("", {"Error": ""}), ("no", {"Error": "no"})])
 def test_render_bind(error: str, expected: dict[str, str]) -> None:
     assert render_bind(error) == expected
+
+
+def test_check_node_names_accepts_253_characters() -> None:
+    names = ["n" * 253, "a", "b" * 200]
+    assert check_node_names(names) is names
+
+
+def test_full_nodes_form_refused_when_off() -> None:
+    request = body(NodeNames=None, Nodes={"items": [node("a")]})
+    with pytest.raises(ProtocolError) as info:
+        parse_filter_args(request, full_nodes=False)
+    assert str(info.value) == FULL_NODES_REFUSED
+    assert parse_filter_args(body(NodeNames=["a"]), full_nodes=False).node_names == ["a"]
+    assert parse_filter_args(request, full_nodes=True).node_names == ["a"]

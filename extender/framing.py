@@ -1,0 +1,113 @@
+"""HTTP/1.1 request framing for the serving worker's poller, and the body cap of each path (pure).
+
+Owns: finding where a request's head ends in the bytes read so far, the little of the head the poller
+needs (path, Content-Length, ``Expect: 100-continue``), the body cap of each path, and the static
+replies the poller sends when it refuses a request before any thread sees it. Must not: parse what
+gunicorn parses for the application (it parses the head again, with its own limits), or do I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+HEAD_MAX_BYTES = 16 * 1024       # request line + headers; kube-scheduler sends ~200 bytes
+BIND_BODY_MAX_BYTES = 16 * 1024  # an ExtenderBindingArgs is < 1 KiB (four names of <= 253 characters)
+OTHER_BODY_MAX_BYTES = 16 * 1024  # /healthz, /readyz, /metrics, /explain take no body
+NAME_LIST_PATHS = ("/filter", "/prioritize")
+_DIGITS_MAX = 15                 # a Content-Length longer than this is over every cap
+
+
+@dataclass(frozen=True, slots=True)
+class BodyCaps:
+    """Body caps by path: ``names`` for filter/prioritize in the NodeNames form, ``full_nodes`` for the
+    full Nodes form (0: that form is refused), fixed ones for bind and everything else."""
+
+    names: int
+    full_nodes: int = 0
+
+    def for_path(self, path: str) -> int:
+        if path in NAME_LIST_PATHS:
+            return max(self.names, self.full_nodes)
+        return BIND_BODY_MAX_BYTES if path == "/bind" else OTHER_BODY_MAX_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    size: int            # bytes of the head, blank line included
+    path: str
+    body_bytes: int      # Content-Length (0 without one)
+    expects_continue: bool
+
+    @property
+    def total(self) -> int:
+        return self.size + self.body_bytes
+
+
+class RefusedError(Exception):
+    """A request answered by the poller itself with ``status`` and the connection closed."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    def reply(self) -> bytes:
+        return reply(self.status, self.message)
+
+
+_REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Content Too Large",
+            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+def reply(status: int, message: str) -> bytes:
+    """A whole HTTP/1.1 reply with the app's JSON error shape; the connection closes after it."""
+    body = orjson.dumps({"error": message, "status": status})
+    return (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("ascii") + body
+
+
+def find_head(buf: bytes | bytearray, caps: BodyCaps) -> Head | None:
+    """The head of the request at the start of ``buf``; None while it is incomplete. Raises RefusedError
+    for a head over HEAD_MAX_BYTES, a chunked body, an unreadable Content-Length or a body over its cap."""
+    end = buf.find(b"\r\n\r\n", 0, HEAD_MAX_BYTES + 4)
+    if end < 0:
+        if len(buf) > HEAD_MAX_BYTES:
+            raise RefusedError(431, f"request head larger than {HEAD_MAX_BYTES} bytes")
+        return None
+    lines = bytes(buf[:end]).split(b"\r\n")
+    target = lines[0].split(b" ")
+    if len(target) != 3:
+        raise RefusedError(400, "malformed request line")
+    path = target[1].split(b"?", 1)[0].decode("latin-1")
+    length: int | None = None
+    expects_continue = False
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        name, value = name.strip().lower(), value.strip()
+        if not colon:
+            raise RefusedError(400, "malformed header line")
+        if name == b"content-length":
+            if length is not None or not value.isdigit():
+                raise RefusedError(400, "Content-Length must be given once, as a decimal number")
+            length = int(value) if len(value) <= _DIGITS_MAX else 10**_DIGITS_MAX
+        elif name == b"transfer-encoding":
+            raise RefusedError(411, "send the body with a Content-Length (Transfer-Encoding is not accepted)")
+        elif name == b"expect" and value.lower() == b"100-continue":
+            expects_continue = True
+    cap = caps.for_path(path)
+    if (length or 0) > cap:
+        raise RefusedError(413, f"request body larger than {cap} bytes")
+    return Head(end + 4, path, length or 0, expects_continue)
+
+
+def without_expect(request: bytes, head: Head) -> bytes:
+    """The request with its ``Expect`` header left out: the poller has answered it already, and the
+    body is all there, so gunicorn must not send a second ``100 Continue``."""
+    lines = request[:head.size - 4].split(b"\r\n")
+    kept = [line for line in lines if not line.lower().startswith(b"expect:")]
+    return b"\r\n".join(kept) + b"\r\n\r\n" + request[head.size:]
+
+
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"

@@ -1,0 +1,24 @@
+"""A WSGI app for tests/http/test_serving.py: answers what the serving worker stamped on the request.
+
+``/sleep?SECONDS`` sleeps (to keep the only thread busy); every path answers JSON with
+``request_arrival()`` and ``time.monotonic()`` when the handler started (one clock for all processes).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from extender.serving import request_arrival
+
+
+def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    started = time.monotonic()
+    arrival = request_arrival()
+    if environ["PATH_INFO"] == "/sleep":
+        time.sleep(float(environ.get("QUERY_STRING") or 0))
+    body = json.dumps({"arrival": arrival, "started": started}).encode()
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]

@@ -1,0 +1,266 @@
+"""The serving worker (extender/serving.py) against a live server: read deadlines, idle connections, body caps
+before any thread, the connection cap, the per-request arrival stamp, and 5,000 slow connections.
+
+Timings here are generous bounds on behaviour (a connection is closed within the deadline plus slack), not
+latency measurements: bench/slow_connections.py measures the filter latency under attack.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender import serving
+from extender.framing import BIND_BODY_MAX_BYTES
+from tests.http.conftest import NODE_NAMES, snapshot_objects
+from tests.http.live import LiveServer, free_port, proc_status
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+from slow_connections import SlowClients  # noqa: E402
+
+TIMEOUT = 1.0  # --client-timeout-seconds of the server under test
+FILTER = json.dumps({"Pod": {"metadata": {"name": "web-9", "namespace": "default", "uid": "u9"},
+                             "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}},
+                     "NodeNames": NODE_NAMES}).encode()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    workdir = tmp_path_factory.mktemp("serving")
+    live = LiveServer(workdir, {"apiVersion": "v1", "kind": "List", "items": snapshot_objects()},
+                      args=["--client-timeout-seconds", str(TIMEOUT), "--threads", "8"])
+    with live:
+        yield live
+    assert "Traceback" not in live.log_path.read_text(), live.log_tail()
+
+
+def connect(server: LiveServer) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=10)
+
+
+def closed_after(sock: socket.socket, feed: bytes = b"", every: float = 0.0) -> tuple[float, bytes]:
+    """Seconds until the server closes ``sock`` (sending ``feed`` one byte per ``every``), and what it sent;
+    ``sock`` is closed on return."""
+    with sock:
+        return _closed_after(sock, feed, every)
+
+
+def _closed_after(sock: socket.socket, feed: bytes, every: float) -> tuple[float, bytes]:
+    started = time.monotonic()
+    received = b""
+    sock.settimeout(every or 10)
+    sent = 0
+    while True:
+        try:
+            chunk = sock.recv(4096)
+        except TimeoutError:
+            if sent < len(feed):
+                try:
+                    sock.send(feed[sent:sent + 1])
+                except OSError:
+                    return time.monotonic() - started, received
+                sent += 1
+            if time.monotonic() - started > 30:
+                return float("inf"), received
+            continue
+        except OSError:
+            return time.monotonic() - started, received
+        if not chunk:
+            return time.monotonic() - started, received
+        received += chunk
+
+
+def post_filter(server: LiveServer, body: bytes = FILTER) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request("POST", "/filter", body=body, headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        reply.read()
+        return reply.status
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------------------------ deadlines
+def test_a_connection_that_sends_nothing_is_closed_after_the_timeout(server: LiveServer) -> None:
+    elapsed, received = closed_after(connect(server))
+    assert received == b""
+    assert TIMEOUT - 0.1 <= elapsed <= TIMEOUT + 1.5, elapsed  # stock gthread: 5 s in a thread, then 75 s idle
+
+
+def test_a_head_sent_a_byte_at_a_time_is_cut_at_the_total_deadline(server: LiveServer) -> None:
+    head = b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n"
+    elapsed, _ = closed_after(connect(server), head, every=0.1)
+    assert elapsed <= TIMEOUT + 1.5, elapsed  # every recv gets a byte within 0.1 s: only a total deadline cuts it
+
+
+def test_a_body_sent_a_byte_at_a_time_is_cut_at_the_total_deadline(server: LiveServer) -> None:
+    sock = connect(server)
+    sock.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+    elapsed, received = closed_after(sock, b"[" * 100_000, every=0.1)
+    assert received == b""
+    assert elapsed <= TIMEOUT + 1.5, elapsed
+
+
+def test_a_request_within_the_deadline_is_served_on_a_kept_alive_connection(server: LiveServer) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    for _ in range(3):
+        conn.request("POST", "/filter", body=FILTER)
+        reply = conn.getresponse()
+        assert reply.status == 200 and json.loads(reply.read())["NodeNames"]
+        time.sleep(TIMEOUT * 1.2)  # idle longer than the read deadline: kept-alive connections wait longer
+    conn.close()
+
+
+# ------------------------------------------------------------------------------------ framing
+@pytest.mark.parametrize(("path", "length"), [("/filter", 4 * 2**20 + 1), ("/bind", BIND_BODY_MAX_BYTES + 1),
+                                              ("/prioritize", 10**20)])
+def test_a_body_over_its_cap_is_refused_before_it_is_sent(server: LiveServer, path: str, length: int) -> None:
+    sock = connect(server)
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode())
+    elapsed, received = closed_after(sock)
+    assert received.startswith(b"HTTP/1.1 413 "), received
+    cap = 4 * 2**20 if path != "/bind" else BIND_BODY_MAX_BYTES
+    assert json.loads(received.split(b"\r\n\r\n", 1)[1]) == {"error": f"request body larger than {cap} bytes",
+                                                              "status": 413}
+    assert elapsed < TIMEOUT  # answered at once, not at the deadline
+
+
+def test_a_chunked_body_gets_411(server: LiveServer) -> None:
+    sock = connect(server)
+    sock.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+    _, received = closed_after(sock)
+    assert received.startswith(b"HTTP/1.1 411 "), received
+
+
+def test_expect_100_continue_gets_one_interim_reply(server: LiveServer) -> None:
+    sock = connect(server)
+    sock.sendall(f"POST /filter HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {len(FILTER)}\r\n"
+                 f"Connection: close\r\n\r\n".encode())
+    assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    sock.sendall(FILTER)
+    _, received = closed_after(sock)
+    assert received.startswith(b"HTTP/1.1 200 "), received
+    assert b"100 Continue" not in received
+
+
+def test_pipelined_requests_are_answered_in_order(server: LiveServer) -> None:
+    sock = connect(server)
+    one = f"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: {len(FILTER)}\r\n\r\n".encode() + FILTER
+    sock.sendall(one + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    _, received = closed_after(sock)
+    assert received.count(b"HTTP/1.1 200 ") == 2, received
+    assert received.index(b'"NodeNames"') < received.index(b'{"status":"ok"}')
+
+
+# ------------------------------------------------------------------------------------ connections
+def test_the_connection_cap_closes_idle_connections_instead_of_refusing(tmp_path: Path) -> None:
+    live = LiveServer(tmp_path, {"apiVersion": "v1", "kind": "List", "items": snapshot_objects()},
+                      args=["--threads", "4", "--client-timeout-seconds", "30"])  # cap: 4 + 256 connections
+    with live:
+        idle = [socket.create_connection(("127.0.0.1", live.port)) for _ in range(400)]
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert post_filter(live) == 200
+        assert time.monotonic() - started < 3  # stock gthread stops accepting at the cap: this waits 30 s or more
+        closed = sum(1 for sock in idle if closed_after_probe(sock))
+        assert closed >= 400 - 260, closed
+        for sock in idle:
+            sock.close()
+
+
+def closed_after_probe(sock: socket.socket) -> bool:
+    sock.settimeout(0.01)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+
+
+def test_5000_slow_connections_do_not_stop_filters(server: LiveServer) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 6000:
+        pytest.skip(f"open-file hard limit {hard} < 6000")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 6000), hard))
+    attackers = SlowClients(server.port, 5000, interval=0.5)
+    thread = threading.Thread(target=attackers.run, daemon=True)
+    thread.start()
+    try:
+        time.sleep(3 * TIMEOUT)  # the attack is in full swing: connections opened, cut, reopened
+        statuses = [post_filter(server) for _ in range(40)]
+        worker = proc_status(server.worker_pid())
+    finally:
+        attackers.stop()
+        thread.join(30)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert statuses == [200] * 40
+    assert attackers.opened >= 5000 and attackers.closed_by_server > 0
+    assert worker["Threads"] < 50  # no thread waits on a slow client (8 request threads + the runtime's)
+
+
+# ------------------------------------------------------------------------------------ arrival stamp
+@pytest.fixture(scope="module")
+def arrival_server() -> Iterator[int]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", "extender.serving.ExtenderWorker", "--threads",
+                             "1", "-b", f"127.0.0.1:{port}", "tests.http.arrival_app:app"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        yield port
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(15)
+
+
+def get(conn: http.client.HTTPConnection, path: str) -> dict[str, Any]:
+    conn.request("GET", path)
+    reply = conn.getresponse()
+    return dict(json.loads(reply.read()))
+
+
+def test_arrival_is_stamped_before_the_wait_for_a_thread(arrival_server: int) -> None:
+    busy = http.client.HTTPConnection("127.0.0.1", arrival_server, timeout=10)
+    holder = threading.Thread(target=get, args=(busy, "/sleep?0.8"))
+    holder.start()
+    time.sleep(0.2)  # the only thread sleeps now
+    conn = http.client.HTTPConnection("127.0.0.1", arrival_server, timeout=10)
+    conn.connect()
+    sent = time.monotonic()
+    first = get(conn, "/arrival")
+    assert sent <= first["arrival"] <= sent + 0.2
+    assert first["started"] - first["arrival"] >= 0.4  # it waited for the thread; the stamp did not
+    time.sleep(0.3)
+    sent = time.monotonic()
+    second = get(conn, "/arrival")  # the same kept-alive connection: a stamp of its own
+    assert sent <= second["arrival"] <= second["started"]
+    holder.join()
+    busy.close()
+    conn.close()
+
+
+def test_no_arrival_outside_a_served_request() -> None:
+    assert serving.request_arrival() is None
