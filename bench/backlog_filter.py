@@ -33,8 +33,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import workloads as wl
 
-from extender.app import create_app
 from extender.config import Settings
+from extender.http.app import create_app
 
 NAMES_PER_REQUEST = 420  # kube-scheduler's adaptive percentageOfNodesToScore at 1,000 nodes: 42 %
 

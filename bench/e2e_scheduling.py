@@ -221,9 +221,9 @@ def py_spy(ext: Any, out: Path | None, name: str) -> Any:
 
 SPY_BUCKETS = (  # (label, a frame or thread name that puts a sample in it); first match wins
     ("gang admission (GangLedger.admission)", "GangLedger.admission"),
-    ("filter handler, other", "filter_ (extender/routes.py"),
-    ("prioritize handler", "prioritize (extender/routes.py"),
-    ("bind handler (held binds: waiting)", "bind (extender/routes.py"),
+    ("filter handler, other", "filter_ (extender/http/routes.py"),
+    ("prioritize handler", "prioritize (extender/http/routes.py"),
+    ("bind handler (held binds: waiting)", "bind (extender/http/routes.py"),
     ("other Flask / WSGI", "Flask.wsgi_app"),
     ("gunicorn main loop (accept, poll, dispatch)", "thread (MainThread)"),
     ("wake-up annotations (PodWaker)", "PodWaker._write"),

@@ -8,7 +8,7 @@ One run:
    member pods (2 cpu, 4Gi each);
 2. starts ``gang-extender serve --cluster-snapshot ...`` exactly as production does (``extender.cli``:
    gunicorn, one gthread worker, keep-alive) in a subprocess, with one benchmark-only route added to
-   the app that ``extender.app.create_app`` returns: ``POST /noop`` parses the same body with orjson
+   the app that ``extender.http.app.create_app`` returns: ``POST /noop`` parses the same body with orjson
    and echoes its NodeNames in an ExtenderFilterResult (the do-nothing floor);
 3. measures, with one keep-alive ``http.client`` connection in a closed loop, at each ``--sizes``
    NodeNames count, these variants interleaved round-robin (so machine noise hits all alike):
@@ -126,11 +126,11 @@ def add_noop_route(app: Any) -> None:
 
 def serve(argv: list[str]) -> int:
     """Server subprocess: the production CLI (``extender.cli.main``), with /noop added to the app."""
-    from extender import app as app_module
     from extender import cli
+    from extender.http import app as app_module
 
     try:  # /noop takes filter-sized bodies: the serving worker caps it like /filter
-        from extender import framing
+        from extender.http import framing
         framing.NAME_LIST_PATHS = (*framing.NAME_LIST_PATHS, "/noop")
     except ImportError:  # an older tree (--source-like PYTHONPATH runs): one cap for every path
         pass

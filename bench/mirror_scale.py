@@ -15,7 +15,7 @@ import time
 
 import orjson
 
-from extender.cluster import ClusterMirror
+from extender.cluster.mirror import ClusterMirror
 
 
 def rss_mib() -> float:

@@ -3,7 +3,7 @@
 
 ``/filter`` answers every requested node feasible and ``/bind`` creates the pod's Binding, served the
 way ``gang-extender serve`` serves (gunicorn, one gthread worker, Flask, orjson; the API client of
-``extender.kube``). No mirror, no watches, no cache, no gangs. kube-scheduler configured with it
+``extender.kube.client``). No mirror, no watches, no cache, no gangs. kube-scheduler configured with it
 (``bench/e2e_scheduling.py --configs "ceiling;noop-extender"``) measures what the extender protocol
 itself costs the scheduler on this machine: the part of the gap to the ceiling that no extender logic
 can remove.
@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from flask import Flask, Response, request
 
-from extender.kube import KubeClient, KubeError
+from extender.kube.client import KubeClient, KubeError
 
 
 def create_app(kubeconfig: str) -> Flask:

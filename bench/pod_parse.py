@@ -1,7 +1,7 @@
 """Cost of reading one Pod: raw JSON (orjson) vs the kubernetes client's generated models.
 
-Why: the mirror lists and watches every pod in the cluster (up to ~150,000). extender/kube.py reads
-the API server's bytes with orjson and extender/records.py keeps a compact record; this measures what
+Why: the mirror lists and watches every pod in the cluster (up to ~150,000). extender/kube/client.py reads
+the API server's bytes with orjson and extender/cluster/records.py keeps a compact record; this measures what
 going through the client's models (``V1Pod.from_dict`` / ``ApiClient.deserialize``, which is what a
 call without ``_preload_content=False`` does) would cost instead, on a pod shaped like what the API
 server serves for a Job pod (managedFields, status, projected token volume, default tolerations).
@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from extender.records import pod_record
+from extender.cluster.records import pod_record
 
 MIRROR_PODS = 150_000  # the largest cluster the mirror is sized for
 

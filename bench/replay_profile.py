@@ -4,7 +4,7 @@
     .venv/bin/python bench/replay_profile.py --profile --top 40   # and cProfile of the slowest kind
 
 Replays the corpus (``tests/data/corpus``) in recorded order through the Flask test client of
-``extender.app.create_app`` over the start snapshot, filters, prioritize and binds (binds from
+``extender.http.app.create_app`` over the start snapshot, filters, prioritize and binds (binds from
 threads, as ``bench/loadtest.py --verify`` does), so every request meets the state it met in the
 recording. No HTTP server, no other process: the time measured is the handler's own CPU, free of
 scheduling noise. Prints the filter latency by kind of request (cache hit, miss, gang admission,
@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import loadtest
 
-from extender.app import create_app
 from extender.config import Settings
+from extender.http.app import create_app
 
 
 def kind_of(app: Any, record: dict[str, Any], before: dict[str, int], after: dict[str, int]) -> str:

@@ -5,7 +5,7 @@
    body of 420 node names by echoing them, once through a Flask route and once as a bare WSGI
    function; a closed loop over one keep-alive connection (``http.client``) for ``--seconds``; the
    worker's CPU time (``/proc``) divided by the requests answered.
-2. **A Binding through ``extender.kube``**: ``KubeClient.bind`` against a local stub API server (a
+2. **A Binding through ``extender.kube.client``**: ``KubeClient.bind`` against a local stub API server (a
    ``http.server`` thread answering 201), CPU time of the calling thread per call.
 
     .venv/bin/python bench/request_overhead.py     # ~15 s
@@ -30,7 +30,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from extender.kube import KubeClient  # noqa: E402
+from extender.kube.client import KubeClient  # noqa: E402
 
 APPS = '''
 import orjson

@@ -3,7 +3,7 @@
 One run:
 
 1. starts ``gang-extender serve --cluster-snapshot`` over the recorded corpus snapshot (1,000 nodes;
-   tests/data/corpus) exactly as production does (gunicorn, one worker of extender/serving.py);
+   tests/data/corpus) exactly as production does (gunicorn, one worker of extender/http/serving.py);
 2. measures the filter latency with no attack (``--baseline-seconds``): the corpus's filter requests (real
    kube-scheduler bodies) replayed in order, one at a time, half on one keep-alive connection and half
    on a new connection each (kube-scheduler uses both), so a refused accept shows too;

@@ -1,7 +1,7 @@
 """Command line: ``gang-extender serve`` and ``gang-extender explain`` (extender/explain.py).
 
 Owns: argument parsing, logging setup, turning invalid settings into one message and exit code 2,
-and running gunicorn with exactly one worker of extender/serving.py's gthread class (gang state, the
+and running gunicorn with exactly one worker of extender/http/serving.py's gthread class (gang state, the
 mirror and held binds must live in one process; see docs/decisions/0001-one-worker.md). Must not:
 contain extender logic.
 """
@@ -38,7 +38,7 @@ FDS_BESIDES_CONNECTIONS = 128  # listening socket, watches, API connection pool,
 
 def worker_connections(threads: int) -> int:
     """The worker's connection cap: it bounds file descriptors, never who gets in. At the cap the worker
-    (extender/serving.py) closes the oldest unfinished or idle connection to accept the next one, so
+    (extender/http/serving.py) closes the oldest unfinished or idle connection to accept the next one, so
     kube-scheduler is not refused however many idle or slow connections others open."""
     return threads + KEEPALIVE_CONNECTIONS
 
@@ -63,8 +63,8 @@ def ensure_open_files(threads: int) -> tuple[int, int]:
 def serve(settings: config.Settings) -> None:
     from gunicorn.app.base import BaseApplication
 
-    from extender import framing, serving
-    from extender.app import create_app
+    from extender.http import framing, serving
+    from extender.http.app import create_app
 
     limits = serving.Limits(framing.BodyCaps(settings.max_body_bytes, settings.max_full_nodes_body_bytes),
                             settings.client_timeout_seconds, settings.request_buffer_bytes)

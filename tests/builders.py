@@ -2,7 +2,7 @@
 
 Objects are plain camelCase dicts as the API server serves them (what the mirror and the engine read).
 The doubles (``FakeClock``, ``FakeBinder``, ``EventLog``) and ``make_engine`` wire an engine the way
-``extender.runtime._core`` does, with every I/O edge replaced.
+``extender.wiring.runtime._core`` does, with every I/O edge replaced.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.cache import FilterCache
-from extender.cluster import ClusterMirror
-from extender.engine import BindError, Engine, ReleaseLog
-from extender.groups import ANNOTATION_TIMEOUT, COSCHEDULING_API, COSCHEDULING_LABEL, WORKLOAD_API
-from extender.ledger import GangLedger
-from extender.model import GroupKind, PodRecord
+from extender.cluster.cache import FilterCache
+from extender.cluster.groups import ANNOTATION_TIMEOUT, COSCHEDULING_API, COSCHEDULING_LABEL, WORKLOAD_API
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.model import GroupKind, PodRecord
+from extender.engine.verbs import BindError, Engine, ReleaseLog
+from extender.gangs.ledger import GangLedger
 from extender.protocol import BindArgs, FilterArgs
 
 _uids = itertools.count(1)
@@ -145,7 +145,7 @@ class FakeClock:
 
 @dataclass
 class FakeBinder:
-    """In-memory ``extender.engine.Binder``: records calls, fails chosen pods, can block every bind.
+    """In-memory ``extender.engine.verbs.Binder``: records calls, fails chosen pods, can block every bind.
 
     ``fail[name] = message`` makes binding that pod raise ``BindError(message)``; ``gate.clear()`` makes
     binds block until ``gate.set()`` (``entered`` counts binds that reached the binder). With ``mirror``

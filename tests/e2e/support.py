@@ -303,7 +303,7 @@ def binds_outside_filter_replies(record_path: Path) -> list[str]:
 
 def overcommitted_nodes(cp: ControlPlane) -> list[str]:
     """Nodes whose bound pods request more cpu than the node has allocatable."""
-    from extender.quantity import to_units
+    from extender.cluster.quantity import to_units
 
     allocatable = {n["metadata"]["name"]: to_units("cpu", n["status"]["allocatable"]["cpu"])
                    for n in cp.request("GET", "/api/v1/nodes")["items"]}

@@ -1,5 +1,5 @@
-"""Leader election and release intents on a real kube-apiserver (``extender.leader``,
-``extender.intents``): two replicas in this process, each with its own connection, as a service
+"""Leader election and release intents on a real kube-apiserver (``extender.kube.leader``,
+``extender.kube.intents``): two replicas in this process, each with its own connection, as a service
 account holding only the Role the extender needs (leases: create; get and update of its Lease).
 
 Asserted: exactly one leads; a leader whose renewals stop is replaced only after the lease duration
@@ -20,10 +20,10 @@ import orjson
 import pytest
 from controlplane import ControlPlane, wait_for
 
-from extender.intents import KEY, IntentNotRecordedError, ReleaseIntents
-from extender.journal import JournalPod
-from extender.kube import KubeClient
-from extender.leader import ElectionConfig, FencedError, KubeLeaseApi, LeaderElector
+from extender.files.journal import JournalPod
+from extender.kube.client import KubeClient
+from extender.kube.intents import KEY, IntentNotRecordedError, ReleaseIntents
+from extender.kube.leader import ElectionConfig, FencedError, KubeLeaseApi, LeaderElector
 
 pytestmark = pytest.mark.e2e
 
@@ -168,9 +168,9 @@ def test_a_clean_stop_hands_the_lease_over_at_once(control_plane: ControlPlane,
 
 LEADER_PROCESS = """
 import sys, time
-from extender.intents import ReleaseIntents
-from extender.kube import KubeClient
-from extender.leader import ElectionConfig, KubeLeaseApi, LeaderElector
+from extender.kube.intents import ReleaseIntents
+from extender.kube.client import KubeClient
+from extender.kube.leader import ElectionConfig, KubeLeaseApi, LeaderElector
 config = ElectionConfig(sys.argv[2], sys.argv[3], lease_duration=4, renew_deadline=2.5, retry_period=0.5)
 elector = LeaderElector(KubeLeaseApi(KubeClient(sys.argv[1])), config)
 intents = ReleaseIntents(elector)

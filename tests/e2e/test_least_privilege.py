@@ -4,7 +4,7 @@ ValidatingAdmissionPolicy that confines its pod writes, checked on a real kube-a
 - Every shipped topology gives the extender credentials of its own (the ServiceAccount
   gang-scheduler/gang-extender), never kube-scheduler's, and kube-scheduler never the extender's.
 - That identity, reached the way each topology reaches it (the sidecar's token Secret, the static pod's
-  kubeconfig written by extender-kubeconfig.sh), can do exactly the verbs of extender/kube.py (plus
+  kubeconfig written by extender-kubeconfig.sh), can do exactly the verbs of extender/kube/client.py (plus
   Leases in gang-scheduler) and is refused a list of others.
 - Acting as that identity with the extender's own client: an image, label, toleration or foreign
   annotation patch is refused by the policy; its wake-up annotation patch, a Binding and an Event pass;
@@ -36,14 +36,14 @@ from identities import (
 )
 from support import PAUSE
 
-from extender.events import WAKE_ANNOTATION
-from extender.kube import KubeClient, KubeError
+from extender.kube.client import KubeClient, KubeError
+from extender.kube.events import WAKE_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 
 POLICY = "gang-extender-pod-writes"
 
-# What extender/kube.py calls, as `kubectl auth can-i --list` prints it: resource -> verbs.
+# What extender/kube/client.py calls, as `kubectl auth can-i --list` prints it: resource -> verbs.
 EXTENDER_GRANTS = {
     "nodes": {"list", "watch"},
     "pods": {"get", "list", "watch", "patch"},

@@ -15,8 +15,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from extender.app import create_app
 from extender.config import Settings
+from extender.http.app import create_app
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 NODE_NAMES = ["node-1", "node-2", "node-3", "node-4"]

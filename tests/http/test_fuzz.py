@@ -25,9 +25,9 @@ from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.app import create_app
+from extender.cluster.fit import shortfall
 from extender.config import Settings
-from extender.fit import shortfall
+from extender.http.app import create_app
 from extender.protocol import MAX_NODES_PER_REQUEST
 from tests.http.fuzzing import (
     NODE_NAMES,

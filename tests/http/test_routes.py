@@ -13,9 +13,9 @@ from flask.testing import FlaskClient
 from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.test import TestResponse
 
-from extender.app import create_app
 from extender.config import Settings
-from extender.framing import BIND_BODY_MAX_BYTES
+from extender.http.app import create_app
+from extender.http.framing import BIND_BODY_MAX_BYTES
 from extender.protocol import FULL_NODES_REFUSED
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"

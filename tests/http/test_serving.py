@@ -1,4 +1,4 @@
-"""The serving worker (extender/serving.py) against a live server: read deadlines, idle connections, body caps
+"""The serving worker (extender/http/serving.py) against a live server: read deadlines, idle connections, body caps
 before any thread, the connection cap, the per-request arrival stamp, and 5,000 slow connections.
 
 Timings here are generous bounds on behaviour (a connection is closed within the deadline plus slack), not
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from extender import serving
-from extender.framing import BIND_BODY_MAX_BYTES
+from extender.http import serving
+from extender.http.framing import BIND_BODY_MAX_BYTES
 from tests.http.conftest import NODE_NAMES, snapshot_objects
 from tests.http.live import LiveServer, free_port, proc_status
 
@@ -217,8 +217,8 @@ def test_5000_slow_connections_do_not_stop_filters(server: LiveServer) -> None:
 @pytest.fixture(scope="module")
 def arrival_server() -> Iterator[int]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", "extender.serving.ExtenderWorker", "--threads",
-                             "1", "-b", f"127.0.0.1:{port}", "tests.http.arrival_app:app"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", "extender.http.serving.ExtenderWorker",
+                             "--threads", "1", "-b", f"127.0.0.1:{port}", "tests.http.arrival_app:app"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:

@@ -18,8 +18,8 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from extender.fit import placement_failure, placement_from_spec, shortfall
-from extender.model import GangPolicy, GroupKind, PodRecord
+from extender.cluster.fit import placement_failure, placement_from_spec, shortfall
+from extender.cluster.model import GangPolicy, GroupKind, PodRecord
 from extender.protocol import FilterResult
 from tests.builders import (
     FakeClock,

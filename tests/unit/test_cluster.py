@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from extender import cluster
-from extender.cluster import ClusterMirror
-from extender.model import GangKey, GangPolicy, GroupKind, GroupRef
+from extender.cluster import mirror
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef
 from tests.builders import coscheduling_podgroup, node, pod, workload
 
 GIB = 2**30
@@ -166,7 +166,7 @@ def test_changed_since_lists_the_nodes_touched(m: ClusterMirror) -> None:
 
 
 def test_changed_since_is_none_once_the_log_overflowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cluster, "CHANGE_LOG_SIZE", 4)
+    monkeypatch.setattr(mirror, "CHANGE_LOG_SIZE", 4)
     m = ClusterMirror()
     m.upsert_node(node("n1"))
     first = m.generation

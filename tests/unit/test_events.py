@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from extender.events import WAKE_ANNOTATION, EventRecorder, PodWaker
-from extender.model import PodRecord
+from extender.cluster.model import PodRecord
+from extender.kube.events import WAKE_ANNOTATION, EventRecorder, PodWaker
 from tests.builders import FakeClock
 
 

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from extender import cli, explain
-from extender import gang as rules
+from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef
+from extender.cluster.records import pod_record
 from extender.config import Settings
-from extender.model import GangKey, GangPolicy, GroupKind, GroupRef
-from extender.records import pod_record
-from extender.runtime import GroupWatches, from_snapshot
+from extender.gangs import rules
+from extender.wiring.runtime import GroupWatches, from_snapshot
 from tests.builders import Harness, filter_args, make_engine, node, pod
 from tests.unit.test_engine import Binds, wait_until
 

@@ -1,4 +1,4 @@
-"""extender.fit: taints/tolerations, nodeSelector, required node affinity and resource shortfall."""
+"""extender.cluster.fit: taints/tolerations, nodeSelector, required node affinity and resource shortfall."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from extender.fit import (
+from extender.cluster.fit import (
     NO_PLACEMENT,
     UNSCHEDULABLE_TAINT,
     Placement,
@@ -16,7 +16,7 @@ from extender.fit import (
     placement_from_spec,
     shortfall,
 )
-from extender.model import NodeRecord, Taint
+from extender.cluster.model import NodeRecord, Taint
 
 NODE_SELECTOR_MISMATCH = "node does not match the pod's nodeSelector"
 AFFINITY_MISMATCH = "node does not match the pod's required node affinity"

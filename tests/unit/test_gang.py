@@ -1,4 +1,4 @@
-"""extender.gang: the quorum gate, the admission planner and the exact messages users see."""
+"""extender.gangs.rules: the quorum gate, the admission planner and the exact messages users see."""
 
 from __future__ import annotations
 
@@ -6,7 +6,19 @@ from typing import Any
 
 import pytest
 
-from extender.gang import (
+from extender.cluster.model import (
+    PASS,
+    Code,
+    GangKey,
+    GangPolicy,
+    GroupKind,
+    GroupRef,
+    NodeRecord,
+    PodRecord,
+    Taint,
+    Verdict,
+)
+from extender.gangs.rules import (
     Plan,
     admission_wait,
     consume_slot,
@@ -16,7 +28,6 @@ from extender.gang import (
     quorum,
     size_key,
 )
-from extender.model import PASS, Code, GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord, Taint, Verdict
 
 GI = 2**30
 WORKERS = GangKey(GroupRef(GroupKind.WORKLOAD, "default", "training", "workers"))

@@ -16,10 +16,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.fit import placement_failure
-from extender.gang import Plan, _copies, _Shape, _shapes, plan
-from extender.model import NodeRecord, PodRecord, Taint
-from extender.quantity import PODS, Resources, add_into, describe
+from extender.cluster.fit import placement_failure
+from extender.cluster.model import NodeRecord, PodRecord, Taint
+from extender.cluster.quantity import PODS, Resources, add_into, describe
+from extender.gangs.rules import Plan, _copies, _Shape, _shapes, plan
 
 GI = 2**30
 GPU = "nvidia.com/gpu"

@@ -1,4 +1,4 @@
-"""extender.groups: pod -> gang links and group objects -> gang policies."""
+"""extender.cluster.groups: pod -> gang links and group objects -> gang policies."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from extender.groups import (
+from extender.cluster.groups import (
     ANNOTATION_GROUP,
     ANNOTATION_MIN_COUNT,
     ANNOTATION_TIMEOUT,
@@ -21,7 +21,7 @@ from extender.groups import (
     podgroup_group,
     workload_groups,
 )
-from extender.model import GangKey, GangPolicy, GroupKind, GroupRef
+from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef
 
 WL = GroupKind.WORKLOAD
 CO = GroupKind.COSCHEDULING

@@ -1,4 +1,4 @@
-"""Release intents on the leader's Lease (``extender.intents``), against the in-memory Lease API: an
+"""Release intents on the leader's Lease (``extender.kube.intents``), against the in-memory Lease API: an
 intent is on the Lease before ``opened`` returns and gone after ``closed``; a replica that does not
 lead, or no longer leads, records nothing and is told so; the next leader finds the open releases;
 renewals never drop or resurrect an intent; the annotation stays within its bounds."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from extender.intents import (
+from extender.files.journal import JournalPod, Release
+from extender.kube.intents import (
     ANNOTATIONS_LIMIT,
     KEY,
     IntentNotRecordedError,
@@ -16,8 +17,7 @@ from extender.intents import (
     ReleaseIntents,
     encode,
 )
-from extender.journal import JournalPod, Release
-from extender.leader import FencedError, LeaderElector
+from extender.kube.leader import FencedError, LeaderElector
 from tests.lease_fake import Clock, FakeLeaseApi, FakeLeases
 from tests.unit.test_leader import CONFIG
 

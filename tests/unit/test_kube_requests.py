@@ -1,4 +1,4 @@
-"""extender.kube's request path against a local HTTP server: URL (with a server path prefix), bearer
+"""extender.kube.client's request path against a local HTTP server: URL (with a server path prefix), bearer
 token, JSON body, and how failures come back."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from extender.kube import KubeClient, KubeError
+from extender.kube.client import KubeClient, KubeError
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):

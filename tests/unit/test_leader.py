@@ -1,4 +1,4 @@
-"""Leader election on a Lease (``extender.leader``), against the in-memory Lease API and a clock the
+"""Leader election on a Lease (``extender.kube.leader``), against the in-memory Lease API and a clock the
 test moves: one leader at a time, the leader stops acting before another may take over, takeover
 after the lease duration, a clean stop hands the Lease back, a deposed leader's write is refused."""
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from extender.leader import (
+from extender.kube.leader import (
     ElectionConfig,
     FencedError,
     LeaderElector,

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from extender.config import Settings
-from extender.intents import ReleaseIntents
-from extender.leader import ElectionConfig, LeaderElector
-from extender.leadership import NOT_LEADER, Leadership
-from extender.runtime import from_snapshot
+from extender.kube.intents import ReleaseIntents
+from extender.kube.leader import ElectionConfig, LeaderElector
+from extender.wiring.leadership import NOT_LEADER, Leadership
+from extender.wiring.runtime import from_snapshot
 from tests.builders import Harness, bind_args, coscheduling_podgroup, filter_args, make_engine, node, pod
 from tests.lease_fake import Clock, FakeLeases
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from extender import gang as rules
-from extender.cluster import ClusterMirror
-from extender.ledger import BindAction, GangLedger
-from extender.model import PASS, Code, GangKey, GangPolicy, GroupKind, PodRecord, Verdict
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.model import PASS, Code, GangKey, GangPolicy, GroupKind, PodRecord, Verdict
+from extender.gangs import rules
+from extender.gangs.ledger import BindAction, GangLedger
 from tests.builders import EventLog, FakeClock, coscheduling_podgroup, node, pod
 
 NODES4 = ["n1", "n2", "n3", "n4"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from extender.model import GangKey, GangPhase, GangStatus, GroupKind, GroupRef
+from extender.cluster.model import GangKey, GangPhase, GangStatus, GroupKind, GroupRef
 from tests.builders import Harness, bind_args, filter_args, make_engine, node
 from tests.builders import pod as base_pod
 from tests.unit.test_engine import Binds, wait_until

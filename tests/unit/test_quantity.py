@@ -1,4 +1,4 @@
-"""extender.quantity: quantity strings -> exact Decimals -> the integer units kube-scheduler compares."""
+"""extender.cluster.quantity: quantity strings -> exact Decimals -> the integer units kube-scheduler compares."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from extender.quantity import QuantityError, add_into, describe, parse_quantity, parse_resources, to_units
+from extender.cluster.quantity import QuantityError, add_into, describe, parse_quantity, parse_resources, to_units
 
 GI = 2**30
 MI = 2**20

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from extender import linefile, recording
-from extender.recording import RequestRecorder
+from extender.files import linefile, recording
+from extender.files.recording import RequestRecorder
 
 
 def test_each_line_is_one_write_so_a_crash_cannot_leave_half_a_line(tmp_path: Path,

@@ -1,4 +1,4 @@
-"""extender.records: raw Pods and Nodes -> compact records, with kube-scheduler's request arithmetic."""
+"""extender.cluster.records: raw Pods and Nodes -> compact records, with kube-scheduler's request arithmetic."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from extender.groups import ANNOTATION_GROUP, ANNOTATION_MIN_COUNT, COSCHEDULING_LABEL, GroupError
-from extender.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord, Taint
-from extender.quantity import QuantityError
-from extender.records import DEFAULT_MAX_PODS, RecordError, node_record, pod_record, pod_requests
+from extender.cluster.groups import ANNOTATION_GROUP, ANNOTATION_MIN_COUNT, COSCHEDULING_LABEL, GroupError
+from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord, Taint
+from extender.cluster.quantity import QuantityError
+from extender.cluster.records import DEFAULT_MAX_PODS, RecordError, node_record, pod_record, pod_requests
 
 GI = 2**30
 MI = 2**20

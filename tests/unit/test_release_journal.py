@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from extender.journal import JournalPod, ReleaseJournal
+from extender.files.journal import JournalPod, ReleaseJournal
 from tests.builders import Harness, bind_args, coscheduling_podgroup, make_engine, node, pod
 
 

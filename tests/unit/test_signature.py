@@ -1,4 +1,4 @@
-"""extender.signature: which pods may share a filter result."""
+"""extender.cluster.signature: which pods may share a filter result."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from extender.signature import signature, unsignable_reason
+from extender.cluster.signature import signature, unsignable_reason
 
 
 def base_pod() -> dict[str, Any]:

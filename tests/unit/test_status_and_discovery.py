@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from extender.cluster import ClusterMirror
-from extender.groups import GROUP_APIS, GroupApi
-from extender.kube import KubeError
-from extender.model import GangPhase, GangStatus, GroupKind, GroupRef
-from extender.runtime import GroupWatches, status_writer
-from extender.status import CONFLICT, SENT, SKIPPED, StatusWriter
+from extender.cluster.groups import GROUP_APIS, GroupApi
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.model import GangPhase, GangStatus, GroupKind, GroupRef
+from extender.kube.client import KubeError
+from extender.kube.status import CONFLICT, SENT, SKIPPED, StatusWriter
+from extender.wiring.runtime import GroupWatches, status_writer
 from tests.builders import FakeClock, coscheduling_podgroup, node, pod
 
 PG = GroupRef(GroupKind.PODGROUP, "ml", "pg")
@@ -255,8 +255,8 @@ def test_every_api_is_asked_newest_version_first() -> None:
 
 
 def test_gang_waiting_events_ignore_changing_counts() -> None:
-    from extender.events import EventRecorder
-    from extender.records import pod_record
+    from extender.cluster.records import pod_record
+    from extender.kube.events import EventRecorder
 
     sent: list[str] = []
     clock = FakeClock()
@@ -279,8 +279,8 @@ def test_gang_waiting_events_ignore_changing_counts() -> None:
 
 
 def test_gang_events_go_once_per_gang_to_its_group_object() -> None:
-    from extender.records import pod_record
-    from extender.runtime import gang_event_targets
+    from extender.cluster.records import pod_record
+    from extender.wiring.runtime import gang_event_targets
     from tests.builders import workload
 
     mirror = ClusterMirror()

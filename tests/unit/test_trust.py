@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
+from extender.cluster.signature import signature
 from extender.config import Settings
-from extender.engine import REPLY_MESSAGES
-from extender.ledger import BindAction
+from extender.engine.verbs import REPLY_MESSAGES
+from extender.gangs.ledger import BindAction
+from extender.kube.watching import Reflector
 from extender.protocol import MAX_NODES_PER_REQUEST, ProtocolError, parse_filter_args
-from extender.runtime import from_snapshot
-from extender.signature import signature
-from extender.watching import Reflector
+from extender.wiring.runtime import from_snapshot
 from tests.builders import (
     Harness,
     bind_args,

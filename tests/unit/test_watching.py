@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from extender.cluster import ClusterMirror
-from extender.watching import Reflector, watch_or_gone
+from extender.cluster.mirror import ClusterMirror
+from extender.kube.watching import Reflector, watch_or_gone
 from tests.builders import node
 
 END = object()  # ends the current watch call (the server closed the stream)

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from extender.cluster import ClusterMirror
-from extender.groups import (
+from extender.cluster.groups import (
     GROUP_APIS,
     GROUP_PARSERS,
     OBJECT_KINDS,
@@ -28,9 +27,10 @@ from extender.groups import (
     status_apply,
     workload_groups,
 )
-from extender.model import GangKey, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef
-from extender.records import pod_record
-from extender.snapshot import load_into
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.model import GangKey, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef
+from extender.cluster.records import pod_record
+from extender.files.snapshot import load_into
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden" / "groups"
 PG = GroupKind.PODGROUP

@@ -18,7 +18,8 @@ from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from extender import framing, protocol, serving
+from extender import protocol
+from extender.http import framing, serving
 from extender.protocol import ProtocolError
 
 log = logging.getLogger(__name__)

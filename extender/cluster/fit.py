@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
-from extender.model import NodeRecord, Taint
+from extender.cluster.model import NodeRecord, Taint
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")

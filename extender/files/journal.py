@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from extender.linefile import AppendOnlyLines
+from extender.files.linefile import AppendOnlyLines
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 import yaml
 
-from extender.cluster import ClusterMirror
-from extender.engine import BindError
-from extender.groups import OBJECT_KINDS
+from extender.cluster.groups import OBJECT_KINDS
+from extender.cluster.mirror import ClusterMirror
+from extender.engine.verbs import BindError
 
 
 class SnapshotError(ValueError):

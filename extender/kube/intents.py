@@ -29,9 +29,9 @@ from typing import Any
 
 import orjson
 
-from extender.engine import ReleaseNotRecordedError
-from extender.journal import JournalPod, Release
-from extender.leader import LeaderElector, LeaseWriteError
+from extender.engine.verbs import ReleaseNotRecordedError
+from extender.files.journal import JournalPod, Release
+from extender.kube.leader import LeaderElector, LeaseWriteError
 
 log = logging.getLogger(__name__)
 

@@ -19,22 +19,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from extender import config, snapshot
-from extender.cache import FilterCache
-from extender.cluster import ClusterMirror
+from extender import config
+from extender.cluster.cache import FilterCache
+from extender.cluster.groups import GROUP_APIS, GroupApi, event_reference, status_apply
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.model import GangKey, GangStatus, GroupKind, GroupRef, PodRecord
 from extender.config import Settings
-from extender.engine import Binder, BindError, Engine, ReleaseLog
-from extender.events import EventRecorder, PodWaker, log_sink, pod_reference
-from extender.groups import GROUP_APIS, GroupApi, event_reference, status_apply
-from extender.intents import ReleaseIntents
-from extender.journal import ReleaseJournal
-from extender.kube import KubeClient, KubeError
-from extender.leader import ElectionConfig, KubeLeaseApi, LeaderElector, default_namespace
-from extender.leadership import NOT_LEADER, Leadership
-from extender.ledger import GangLedger
-from extender.model import GangKey, GangStatus, GroupKind, GroupRef, PodRecord
-from extender.status import CONFLICT, SENT, SKIPPED, StatusWriter, Write
-from extender.watching import Reflector, watch_or_gone
+from extender.engine.verbs import Binder, BindError, Engine, ReleaseLog
+from extender.files import snapshot
+from extender.files.journal import ReleaseJournal
+from extender.gangs.ledger import GangLedger
+from extender.kube.client import KubeClient, KubeError
+from extender.kube.events import EventRecorder, PodWaker, log_sink, pod_reference
+from extender.kube.intents import ReleaseIntents
+from extender.kube.leader import ElectionConfig, KubeLeaseApi, LeaderElector, default_namespace
+from extender.kube.status import CONFLICT, SENT, SKIPPED, StatusWriter, Write
+from extender.kube.watching import Reflector, watch_or_gone
+from extender.wiring.leadership import NOT_LEADER, Leadership
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender import gang as rules
-from extender.cluster import ClusterMirror
-from extender.fit import placement_failure, placement_from_spec, shortfall
-from extender.model import (
+from extender.cluster.fit import placement_failure, placement_from_spec, shortfall
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.model import (
     PASS,
     Code,
     GangKey,
@@ -38,7 +37,8 @@ from extender.model import (
     PodRecord,
     Verdict,
 )
-from extender.quantity import CPU, Resources, describe
+from extender.cluster.quantity import CPU, Resources, describe
+from extender.gangs import rules
 
 
 @dataclass(eq=False, slots=True)

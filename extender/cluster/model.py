@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from extender.quantity import Resources
+from extender.cluster.quantity import Resources
 
 
 class GroupKind(enum.StrEnum):

@@ -26,17 +26,17 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from extender import gang as rules
-from extender.cache import FIT, FilterCache, NodeVerdicts
-from extender.cluster import ClusterMirror
-from extender.fit import Placement, placement_failure, placement_from_spec, shortfall
-from extender.groups import GroupError, pod_link
-from extender.ledger import BindAction, GangLedger, Hold
-from extender.model import PASS, Code, GangKey, GangPolicy, PodRecord, Verdict
+from extender.cluster.cache import FIT, FilterCache, NodeVerdicts
+from extender.cluster.fit import Placement, placement_failure, placement_from_spec, shortfall
+from extender.cluster.groups import GroupError, pod_link
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.model import PASS, Code, GangKey, GangPolicy, PodRecord, Verdict
+from extender.cluster.quantity import QuantityError
+from extender.cluster.records import RecordError, pod_record
+from extender.cluster.signature import signature
+from extender.gangs import rules
+from extender.gangs.ledger import BindAction, GangLedger, Hold
 from extender.protocol import BindArgs, FilterArgs, FilterResult, ProtocolError, check_node_names
-from extender.quantity import QuantityError
-from extender.records import RecordError, pod_record
-from extender.signature import signature
 
 log = logging.getLogger(__name__)
 

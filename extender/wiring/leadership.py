@@ -17,10 +17,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from extender.cluster import ClusterMirror
-from extender.intents import ReleaseIntents
-from extender.leader import LeaderElector
-from extender.ledger import GangLedger
+from extender.cluster.mirror import ClusterMirror
+from extender.gangs.ledger import GangLedger
+from extender.kube.intents import ReleaseIntents
+from extender.kube.leader import LeaderElector
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Owns: one Lease (namespace/name): creating it, taking it over once its holder has not changed it for
 the holder's ``leaseDurationSeconds``, renewing it every retry period, handing it back on a clean stop;
 ``is_leader()``; and *every* write to that Lease. Renewals and the writes of parts attached to the
-Lease (``attach``: the release intents of ``extender.intents``) go through one lock and carry the
+Lease (``attach``: the release intents of ``extender.kube.intents``) go through one lock and carry the
 resourceVersion last seen, so the API server refuses (409) a write by a replica that lost the Lease in
 the meantime. Must not: decide scheduling, bind pods, or touch any object but its Lease.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from extender.kube import KubeClient, KubeError
+from extender.kube.client import KubeClient, KubeError
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from extender.linefile import AppendOnlyLines
+from extender.files.linefile import AppendOnlyLines
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from extender.groups import pod_link
-from extender.model import NodeRecord, PodRecord, Taint
-from extender.quantity import PODS, Resources, add_into, parse_resources
+from extender.cluster.groups import pod_link
+from extender.cluster.model import NodeRecord, PodRecord, Taint
+from extender.cluster.quantity import PODS, Resources, add_into, parse_resources
 
 
 class RecordError(ValueError):

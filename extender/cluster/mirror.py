@@ -19,10 +19,10 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from extender.groups import GROUP_PARSERS, GroupMeta, group_meta
-from extender.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord
-from extender.quantity import CPU, Resources, add_into
-from extender.records import node_record, pod_record
+from extender.cluster.groups import GROUP_PARSERS, GroupMeta, group_meta
+from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord
+from extender.cluster.quantity import CPU, Resources, add_into
+from extender.cluster.records import node_record, pod_record
 
 CHANGE_LOG_SIZE = 8192
 """How many node changes a cache may lag behind and still refresh incrementally."""

@@ -33,7 +33,7 @@ from gunicorn import http
 from gunicorn import sock as gsock
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
-from extender import framing
+from extender.http import framing
 
 _request = threading.local()
 RECV_BYTES = 256 * 1024

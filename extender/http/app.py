@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
-from extender import routes
 from extender.config import Settings
-from extender.metrics import Metrics
-from extender.recording import RequestRecorder
-from extender.runtime import Runtime, build
+from extender.files.recording import RequestRecorder
+from extender.http import routes
+from extender.http.metrics import Metrics
+from extender.wiring.runtime import Runtime, build
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from extender.fit import Placement, placement_failure, placement_from_spec, shortfall
-from extender.model import PASS, Code, GangKey, GangPolicy, GroupKind, NodeRecord, PodRecord, Verdict
-from extender.quantity import CPU, PODS, Resources, add_into, describe
+from extender.cluster.fit import Placement, placement_failure, placement_from_spec, shortfall
+from extender.cluster.model import PASS, Code, GangKey, GangPolicy, GroupKind, NodeRecord, PodRecord, Verdict
+from extender.cluster.quantity import CPU, PODS, Resources, add_into, describe
 
 _OBJECT_NAMES = {GroupKind.WORKLOAD: "Workload", GroupKind.PODGROUP: "PodGroup",
                  GroupKind.COSCHEDULING: "PodGroup"}

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.model import GangKey, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef
+from extender.cluster.model import GangKey, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef
 
 WORKLOAD_API = ("scheduling.k8s.io", "v1alpha1", "workloads")
 COSCHEDULING_API = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
