@@ -17,7 +17,8 @@ from extender.cluster.cache import FilterCache
 from extender.cluster.groups import ANNOTATION_TIMEOUT, COSCHEDULING_API, COSCHEDULING_LABEL, WORKLOAD_API
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GroupKind, PodRecord
-from extender.engine.verbs import BindError, Engine, ReleaseLog
+from extender.engine.ports import BindError, ReleaseLog
+from extender.engine.verbs import Engine
 from extender.gangs.ledger import GangLedger
 from extender.protocol import BindArgs, FilterArgs
 
@@ -145,7 +146,7 @@ class FakeClock:
 
 @dataclass
 class FakeBinder:
-    """In-memory ``extender.engine.verbs.Binder``: records calls, fails chosen pods, can block every bind.
+    """In-memory ``extender.engine.ports.Binder``: records calls, fails chosen pods, can block every bind.
 
     ``fail[name] = message`` makes binding that pod raise ``BindError(message)``; ``gate.clear()`` makes
     binds block until ``gate.set()`` (``entered`` counts binds that reached the binder). With ``mirror``

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
 from extender.cluster.cache import FIT, FilterCache, NodeVerdicts
 from extender.cluster.fit import Placement, placement_failure, placement_from_spec, shortfall
@@ -34,6 +34,7 @@ from extender.cluster.model import PASS, Code, GangKey, GangPolicy, PodRecord, V
 from extender.cluster.quantity import QuantityError
 from extender.cluster.records import RecordError, pod_record
 from extender.cluster.signature import signature
+from extender.engine.ports import Binder, BindError, ReleaseLog, ReleaseNotRecordedError
 from extender.gangs import rules
 from extender.gangs.ledger import BindAction, GangLedger, Hold
 from extender.protocol import BindArgs, FilterArgs, FilterResult, ProtocolError, check_node_names
@@ -69,34 +70,6 @@ MIN_MESSAGE = 80
 
 def _bounded(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "\u2026"
-
-
-class BindError(Exception):
-    """The API server (or snapshot) refused a binding; the message is answered to the scheduler."""
-
-
-class Binder(Protocol):
-    """The one seam through which the engine changes the cluster."""
-
-    def bind(self, namespace: str, name: str, uid: str, node: str, timeout: float = 10.0) -> None:
-        """Create the Binding; give up (BindError) after ``timeout`` seconds."""
-
-    def read_pod(self, namespace: str, name: str, timeout: float = 10.0) -> Mapping[str, Any] | None:
-        """The pod from the API server (None: it does not exist); give up after ``timeout`` seconds."""
-
-
-class ReleaseNotRecordedError(Exception):
-    """A release could not be written down (not the leader, fenced, full): it must not start."""
-
-
-class ReleaseLog(Protocol):
-    """Where the engine writes a release down before its first Binding (the release journal, or the
-    intents on the leader's Lease)."""
-
-    def opened(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> int:
-        """Record the release; raises ReleaseNotRecordedError when it is not known to be recorded."""
-
-    def closed(self, release_id: int) -> None: ...
 
 
 class Engine:

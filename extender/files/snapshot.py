@@ -16,7 +16,7 @@ import yaml
 
 from extender.cluster.groups import OBJECT_KINDS
 from extender.cluster.mirror import ClusterMirror
-from extender.engine.verbs import BindError
+from extender.engine.ports import BindError
 
 
 class SnapshotError(ValueError):

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from extender.engine.verbs import ReleaseNotRecordedError
+from extender.engine.ports import ReleaseNotRecordedError
 from extender.files.journal import JournalPod, Release
 from extender.kube.leader import LeaderElector, LeaseWriteError
 

@@ -25,7 +25,8 @@ from extender.cluster.groups import GROUP_APIS, GroupApi, event_reference, statu
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GangKey, GangStatus, GroupKind, GroupRef, PodRecord
 from extender.config import Settings
-from extender.engine.verbs import Binder, BindError, Engine, ReleaseLog
+from extender.engine.ports import Binder, BindError, ReleaseLog
+from extender.engine.verbs import Engine
 from extender.files import snapshot
 from extender.files.journal import ReleaseJournal
 from extender.gangs.ledger import GangLedger
