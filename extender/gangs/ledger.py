@@ -38,7 +38,7 @@ from extender.cluster.model import (
     Verdict,
 )
 from extender.cluster.quantity import CPU, Resources, describe
-from extender.gangs import rules
+from extender.gangs import explanation, planner, rules
 
 
 @dataclass(eq=False, slots=True)
@@ -197,8 +197,8 @@ class GangLedger:
                 state.last_message = state.failed_plan.message
                 return state.failed_plan  # no capacity, member or count changed since it did not fit
             pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
-            chosen = rules.pick_for_reservation(pending, needed)
-            result = rules.plan(chosen, self.mirror.nodes.values(), self._free_for(gang), self._free_cpu_for(gang))
+            chosen = planner.pick_for_reservation(pending, needed)
+            result = planner.plan(chosen, self.mirror.nodes.values(), self._free_for(gang), self._free_cpu_for(gang))
             if not result.complete:
                 verdict = rules.admission_wait(gang, result, needed)
                 state.last_message = verdict.message
@@ -288,8 +288,8 @@ class GangLedger:
         generation = self.mirror.node_set_generation
         uids = tuple(p.uid for p in members)
         if state.never_fits_checked != generation or state.never_fits_members != uids:
-            chosen = rules.pick_for_reservation(members, state.policy.min_count)
-            result = rules.plan(chosen, self.mirror.nodes.values(), lambda node: node.allocatable,
+            chosen = planner.pick_for_reservation(members, state.policy.min_count)
+            result = planner.plan(chosen, self.mirror.nodes.values(), lambda node: node.allocatable,
                                 lambda node: node.allocatable.get(CPU, 0))
             fresh = None if result.complete else rules.never_fits(
                 state.gang, result, state.policy.min_count, len(self.mirror.nodes))
@@ -342,9 +342,9 @@ class GangLedger:
                 # hold was recycled is not progress.
                 state.held_ever.add(pod.uid)
                 state.deadline = now + self.timeout_for(policy)
-            rules.consume_slot(state.slots, node, pod.requests)
+            planner.consume_slot(state.slots, node, pod.requests)
             self.mirror.assume(pod.uid, node)
-            self.mirror.set_reservation(pod.gang, rules.Plan(tuple(state.slots), ()).per_node())
+            self.mirror.set_reservation(pod.gang, planner.Plan(tuple(state.slots), ()).per_node())
             if len(placed) + len(waiting) >= policy.min_count:
                 return self._release_or_wait(state, hold, waiting, now)
             state.last_message = (f"holding {len(waiting)} bind(s); {len(placed) + len(waiting)}/"
@@ -509,7 +509,7 @@ class GangLedger:
                 state.deadline = now + self.timeout_for(state.policy)
                 state.slots = [*state.slots, *((h.node, dict(h.pod.requests)) for h in failed)]
                 state.held_ever = set()
-                self.mirror.set_reservation(gang, rules.Plan(tuple(state.slots), ()).per_node())
+                self.mirror.set_reservation(gang, planner.Plan(tuple(state.slots), ()).per_node())
                 state.last_message = (f"quorum released but {len(failed)} Binding(s) failed: their places stay "
                                       "reserved until kube-scheduler retries them")
             elif state is not None and not state.holds:
@@ -616,7 +616,7 @@ class GangLedger:
             if state.admitted_at is not None:  # only an admitted gang holds a reservation
                 state.slots.append((hold.node, dict(hold.pod.requests)))
             self._answer(state, hold, message)
-        self.mirror.set_reservation(state.gang, rules.Plan(tuple(state.slots), ()).per_node())
+        self.mirror.set_reservation(state.gang, planner.Plan(tuple(state.slots), ()).per_node())
         self.counters["holds_recycled"] += len(holds)
         log.info("%s", message)
 
@@ -696,7 +696,7 @@ class GangLedger:
                 needed = policy.min_count - len(placed) - len(waiting)
                 if needed < len(state.slots):
                     state.slots = state.slots[:max(needed, 0)]
-                    self.mirror.set_reservation(gang, rules.Plan(tuple(state.slots), ()).per_node())
+                    self.mirror.set_reservation(gang, planner.Plan(tuple(state.slots), ()).per_node())
                 elif needed > len(state.slots) and not waiting:
                     self._reset(state)
 
@@ -718,8 +718,8 @@ class GangLedger:
         self.on_release(gang, waiting)
 
     # ------------------------------------------------------------------------------------ explain
-    def facts(self, gang: GangKey) -> rules.GangFacts:
-        """Everything known about ``gang``, copied under the lock for ``gang.explain``."""
+    def facts(self, gang: GangKey) -> explanation.GangFacts:
+        """Everything known about ``gang``, copied under the lock for ``explanation.explain``."""
         with self.lock:
             exists, policy = self.mirror.gang_policy(gang)
             members = tuple(self.mirror.members(gang))
@@ -729,12 +729,12 @@ class GangLedger:
             placements = {p.uid: node for p in members if (node := self.mirror.placement(p.uid))}
             if state is None:
                 message = self._verdicts.get(gang, "")
-                return rules.GangFacts(gang, exists, policy, members, placements, frozenset(), {},
+                return explanation.GangFacts(gang, exists, policy, members, placements, frozenset(), {},
                                        timeout_seconds=self.timeout_for(policy) if policy else 0.0,
                                        message=message, api_version=meta.api_version if meta else "",
                                        template=meta.template if meta else "")
             waiting = {h.pod.uid for h in self._waiting(state)}
-            return rules.GangFacts(
+            return explanation.GangFacts(
                 gang, exists, policy, members, placements, frozenset(waiting), self.mirror.reservation(gang),
                 admitted=state.admitted_at is not None, timeout_seconds=self.timeout_for(state.policy),
                 deadline_in=None if state.deadline is None else state.deadline - now,
@@ -746,4 +746,4 @@ class GangLedger:
         """The explanation of one gang (``GET /explain``), computed under the lock."""
         with self.lock:
             facts = self.facts(gang)
-            return rules.explain(facts, list(self.mirror.nodes.values()), self._free_for(gang))
+            return explanation.explain(facts, list(self.mirror.nodes.values()), self._free_for(gang))

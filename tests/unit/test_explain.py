@@ -1,4 +1,4 @@
-"""``explain``: the pure explanation (gang.explain, largest_shortfall), the ledger's facts, the CLI
+"""``explain``: the pure explanation (explanation.explain, largest_shortfall), the ledger's facts, the CLI
 rendering and its exit codes, and the runtime's readiness with group watches."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from extender import cli, explain
-from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef
+from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord
 from extender.cluster.records import pod_record
 from extender.config import Settings
-from extender.gangs import rules
+from extender.gangs import explanation, planner
 from extender.wiring.runtime import GroupWatches, from_snapshot
 from tests.builders import Harness, filter_args, make_engine, node, pod
 from tests.unit.test_engine import Binds, wait_until
@@ -98,15 +98,15 @@ def test_gang_waiting_for_capacity_names_the_cluster_shortfall(h: Harness) -> No
 
 def test_fragmented_capacity_is_a_per_node_shortfall() -> None:
     records = [pod_record(member(i, cpu="3")) for i in range(2)]
-    node_records = [rules.NodeRecord(n, {"cpu": 4000, "memory": 16 * 2**30, "pods": 110}, {}) for n in ("a", "b")]
+    node_records = [NodeRecord(n, {"cpu": 4000, "memory": 16 * 2**30, "pods": 110}, {}) for n in ("a", "b")]
     free = {"a": {"cpu": 2000, "memory": 2**34, "pods": 100}, "b": {"cpu": 2000, "memory": 2**34, "pods": 100}}
-    plan = rules.plan(records[:1], node_records, lambda n: free[n.name])
-    shortfall = rules.largest_shortfall(plan, node_records, lambda n: free[n.name])
-    assert shortfall == rules.Shortfall("cpu", 1000, "node",
+    plan = planner.plan(records[:1], node_records, lambda n: free[n.name])
+    shortfall = explanation.largest_shortfall(plan, node_records, lambda n: free[n.name])
+    assert shortfall == explanation.Shortfall("cpu", 1000, "node",
                                         "enough in total, but no node has cpu=3 free for one member")
     assert shortfall.to_json()["amount"] == "cpu=1"
-    complete = rules.plan([], node_records, lambda n: free[n.name])
-    assert rules.largest_shortfall(complete, node_records, lambda n: free[n.name]) is None
+    complete = planner.plan([], node_records, lambda n: free[n.name])
+    assert explanation.largest_shortfall(complete, node_records, lambda n: free[n.name]) is None
 
 
 def test_admitted_and_holding_gang(h: Harness) -> None:
@@ -151,9 +151,9 @@ def test_unknown_group_and_workload_pod_groups() -> None:
 
 
 def test_facts_policy_copy() -> None:
-    facts = rules.GangFacts(GangKey(GroupRef(GroupKind.ANNOTATION, "ml", "g")), True, GangPolicy(2), (), {},
+    facts = explanation.GangFacts(GangKey(GroupRef(GroupKind.ANNOTATION, "ml", "g")), True, GangPolicy(2), (), {},
                             frozenset(), {})
-    assert rules.explain(facts, [], lambda n: {})["state"] == "WaitingForMembers"
+    assert explanation.explain(facts, [], lambda n: {})["state"] == "WaitingForMembers"
 
 
 # -------------------------------------------------------------------------------------------- CLI

@@ -1,4 +1,4 @@
-"""extender.gangs.rules: the quorum gate, the admission planner and the exact messages users see."""
+"""extender.gangs.rules and .planner: the quorum gate, the admission planner and the exact messages users see."""
 
 from __future__ import annotations
 
@@ -18,16 +18,8 @@ from extender.cluster.model import (
     Taint,
     Verdict,
 )
-from extender.gangs.rules import (
-    Plan,
-    admission_wait,
-    consume_slot,
-    never_fits,
-    pick_for_reservation,
-    plan,
-    quorum,
-    size_key,
-)
+from extender.gangs.planner import Plan, consume_slot, pick_for_reservation, plan, size_key
+from extender.gangs.rules import admission_wait, never_fits, quorum
 
 GI = 2**30
 WORKERS = GangKey(GroupRef(GroupKind.WORKLOAD, "default", "training", "workers"))

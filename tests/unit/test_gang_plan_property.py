@@ -1,4 +1,4 @@
-"""gang.plan gives the same plan as the straightforward planner, while building only the free capacity
+"""planner.plan gives the same plan as the straightforward planner, while building only the free capacity
 of the nodes it visits.
 
 ``reference_plan`` below is the planner as it was before ``plan`` learned to order nodes by a cheap
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from extender.cluster.fit import placement_failure
 from extender.cluster.model import NodeRecord, PodRecord, Taint
 from extender.cluster.quantity import PODS, Resources, add_into, describe
-from extender.gangs.rules import Plan, _copies, _Shape, _shapes, plan
+from extender.gangs.planner import Plan, _copies, _Shape, _shapes, plan
 
 GI = 2**30
 GPU = "nvidia.com/gpu"

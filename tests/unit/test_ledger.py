@@ -8,7 +8,7 @@ import pytest
 
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import PASS, Code, GangKey, GangPolicy, GroupKind, PodRecord, Verdict
-from extender.gangs import rules
+from extender.gangs import planner
 from extender.gangs.ledger import BindAction, GangLedger
 from tests.builders import EventLog, FakeClock, coscheduling_podgroup, node, pod
 
@@ -319,15 +319,15 @@ def test_never_fits_is_rechecked_when_the_members_change(w: World) -> None:
 # ------------------------------------------------------------------------- the failed-plan memo
 @pytest.fixture
 def plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the ledger's calls of ``gang.plan`` (admission against free capacity and fail-fast)."""
+    """Counts the ledger's calls of ``planner.plan`` (admission against free capacity and fail-fast)."""
     calls: list[int] = []
-    real = rules.plan
+    real = planner.plan
 
-    def counting(*args: Any, **kwargs: Any) -> rules.Plan:
+    def counting(*args: Any, **kwargs: Any) -> planner.Plan:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(rules, "plan", counting)
+    monkeypatch.setattr(planner, "plan", counting)
     return calls
 
 

@@ -1,0 +1,163 @@
+"""What ``GET /explain`` shows about one gang (pure), and ``gang-extender explain`` prints.
+
+Owns: the gang's state name, member counts and the largest shortfall of a gang that does not fit,
+built from values the ledger copies under its lock. Must not: keep state, take locks or read the
+clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from extender.cluster.fit import placement_failure
+from extender.cluster.model import GangKey, GangPolicy, NodeRecord, PodRecord
+from extender.cluster.quantity import PODS, Resources, add_into, describe
+from extender.gangs import planner
+from extender.gangs.planner import Plan, _shapes, pick_for_reservation
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """What most keeps the rest of a gang from fitting: ``amount`` more of ``resource`` is needed,
+    summed over the cluster (``scope == "cluster"``) or on one node (``"node"``: enough in total but
+    fragmented). ``resource`` is empty when no node is eligible at all (``reason`` says why)."""
+
+    resource: str
+    amount: int
+    scope: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"resource": self.resource or None, "amount": describe({self.resource: self.amount})
+                if self.resource else None, "scope": self.scope, "reason": self.reason}
+
+
+def largest_shortfall(result: Plan, nodes: Sequence[NodeRecord],
+                      free_of: Callable[[NodeRecord], Resources]) -> Shortfall | None:
+    """The largest shortfall of the members ``result`` could not place (None when it placed all).
+
+    Resources are compared relative to what the unplaced members request, so a 2-cpu shortfall of a
+    4-cpu need outranks a 1 GiB shortfall of a 64 GiB need.
+    """
+    if result.complete:
+        return None
+    left = {node.name: dict(free_of(node)) for node in nodes}
+    for node_name, requests in result.slots:
+        if node_name in left:
+            add_into(left[node_name], requests, -1)
+    shapes = _shapes(result.unplaced)
+    eligible = [n for n in nodes if any(placement_failure(s.placement, n) is None for s in shapes)]
+    if not eligible:
+        return Shortfall("", 0, "node", "no node matches the members' nodeSelector, affinity and tolerations")
+    need: Resources = {}
+    for pod in result.unplaced:
+        add_into(need, pod.requests)
+    need.pop(PODS, None)
+    free_total: Resources = {}
+    for node in eligible:
+        add_into(free_total, {k: max(v, 0) for k, v in left[node.name].items()})
+    short = {r: amount - free_total.get(r, 0) for r, amount in need.items() if amount > free_total.get(r, 0)}
+    if short:
+        resource = max(sorted(short), key=lambda r: short[r] / need[r])
+        return Shortfall(resource, short[resource], "cluster",
+                         f"{len(result.unplaced)} member(s) need {describe({resource: need[resource]})}, "
+                         f"{describe({resource: free_total.get(resource, 0)})} is free")
+    shape = shapes[0]
+    fits = [n for n in eligible if placement_failure(shape.placement, n) is None]
+    per_node = {r: amount - max(left[n.name].get(r, 0) for n in fits)
+                for r, amount in shape.requests.items() if r != PODS}
+    per_node = {r: v for r, v in per_node.items() if v > 0}
+    if not per_node:
+        return Shortfall("", 0, "node", result.blocking or "no node has room for a member at once")
+    resource = max(sorted(per_node), key=lambda r: per_node[r] / shape.requests[r])
+    return Shortfall(resource, per_node[resource], "node",
+                     f"enough in total, but no node has {describe({resource: shape.requests[resource]})} free "
+                     f"for one member")
+
+
+@dataclass(frozen=True, slots=True)
+class GangFacts:
+    """What the ledger and the mirror know about one gang, copied under their lock."""
+
+    gang: GangKey
+    exists: bool
+    policy: GangPolicy | None
+    members: tuple[PodRecord, ...]
+    placements: Mapping[str, str]      # uid -> node (bound or being bound), for members that have one
+    held: frozenset[str]               # uids whose bind is held at the barrier
+    reservation: Mapping[str, Resources]
+    admitted: bool = False
+    timeout_seconds: float = 0.0
+    deadline_in: float | None = None   # seconds until the current attempt times out
+    backoff_in: float = 0.0            # seconds of back-off left
+    timeouts: int = 0
+    completed: int = 0
+    message: str = ""                  # the last verdict or ledger message
+    never_fits: str = ""
+    api_version: str = ""
+    template: str = ""
+
+
+def explain(facts: GangFacts, nodes: Sequence[NodeRecord],
+            free_of: Callable[[NodeRecord], Resources]) -> dict[str, Any]:
+    """The JSON-ready explanation of one gang (``GET /explain``, ``gang-extender explain``)."""
+    policy = facts.policy
+    min_count = policy.min_count if policy else None
+    bound = [p for p in facts.members if p.bound]
+    held = [p for p in facts.members if p.uid in facts.held]
+    binding = [p for p in facts.members if not p.bound and p.uid not in facts.held and p.uid in facts.placements]
+    pending = [p for p in facts.members if not p.bound and p.uid not in facts.held and p.uid not in facts.placements]
+    placed = len(bound) + len(binding)
+    shortfall: Shortfall | None = None
+    if not facts.exists:
+        state = "GroupMissing"
+    elif policy is None:
+        state = "NotAGang"
+    elif placed >= policy.min_count:
+        state = "Complete"
+    elif facts.never_fits:
+        state = "NeverFits"
+    elif facts.backoff_in > 0 and not facts.admitted:
+        state = "BackingOff"
+    elif held:
+        state = "Holding"
+    elif facts.admitted:
+        state = "Admitted"
+    elif len(facts.members) < policy.min_count:
+        state = "WaitingForMembers"
+    else:
+        state = "WaitingForCapacity"
+    if policy is not None and state not in ("Complete", "GroupMissing", "NotAGang"):
+        needed = max(policy.min_count - placed - len(held), 0)
+        chosen = pick_for_reservation(pending, needed)
+        if chosen:
+            shortfall = largest_shortfall(planner.plan(chosen, nodes, free_of), nodes, free_of)
+    waiting = "" if state == "Complete" else (facts.never_fits or facts.message)
+    return {
+        "gang": str(facts.gang),
+        "kind": facts.gang.group.kind.value,
+        "apiVersion": facts.api_version or None,
+        "namespace": facts.gang.group.namespace,
+        "name": facts.gang.group.name,
+        "podGroup": facts.gang.group.pod_group or None,
+        "replica": facts.gang.replica or None,
+        "template": facts.template or None,
+        "exists": facts.exists,
+        "state": state,
+        "minCount": min_count,
+        "members": {"existing": len(facts.members), "bound": len(bound), "binding": len(binding),
+                    "held": len(held), "pending": len(pending)},
+        "admitted": facts.admitted,
+        "reservation": {node: describe(amount) for node, amount in sorted(facts.reservation.items())},
+        "timeoutSeconds": facts.timeout_seconds or None,
+        "timeoutRemainingSeconds": None if facts.deadline_in is None else round(max(facts.deadline_in, 0.0), 1),
+        "backoffRemainingSeconds": round(max(facts.backoff_in, 0.0), 1),
+        "timeouts": facts.timeouts,
+        "completed": facts.completed,
+        "waiting": waiting or None,
+        "shortfall": shortfall.to_json() if shortfall else None,
+        "heldPods": sorted(p.name for p in held),
+        "pendingPods": sorted(p.name for p in pending)[:50],
+    }

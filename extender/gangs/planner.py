@@ -1,0 +1,174 @@
+"""The placement planner (pure): where the rest of a gang would go.
+
+Owns: placing members on nodes first-fit, most-allocated node first, for admission (does the rest of
+the gang fit the free capacity, and where) and for fail-fast (could the gang fit an *empty* cluster at
+all); which pending members a reservation is for; which reservation slot a landed member used.
+Must not: keep state, take locks or read the clock; callers pass in what it needs and act on the
+result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+from extender.cluster.fit import Placement, placement_failure, placement_from_spec, shortfall
+from extender.cluster.model import NodeRecord, PodRecord
+from extender.cluster.quantity import CPU, PODS, Resources, add_into, describe
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Where the given members would go, and what is left over."""
+
+    slots: tuple[tuple[str, Resources], ...]  # (node, requests) per placed member
+    unplaced: tuple[PodRecord, ...]
+    blocking: str = ""  # why the first unplaced member did not fit anywhere
+
+    @property
+    def complete(self) -> bool:
+        return not self.unplaced
+
+    def per_node(self) -> dict[str, Resources]:
+        totals: dict[str, Resources] = {}
+        for node, requests in self.slots:
+            add_into(totals.setdefault(node, {}), requests)
+        return totals
+
+
+@dataclass(slots=True)
+class _Shape:
+    requests: Resources
+    placement: Placement
+    pods: list[PodRecord] = field(default_factory=list)
+
+
+def _shapes(members: Sequence[PodRecord]) -> list[_Shape]:
+    shapes: dict[tuple[object, ...], _Shape] = {}
+    for pod in members:
+        spec = pod.spec or {}
+        placement = placement_from_spec(spec)
+        key = (tuple(sorted(pod.requests.items())), placement)
+        shapes.setdefault(key, _Shape(pod.requests, placement)).pods.append(pod)
+    # Largest first: the hardest members get the first pick of nodes.
+    return sorted(shapes.values(), key=lambda s: size_key(s.requests), reverse=True)
+
+
+def size_key(requests: Mapping[str, int]) -> tuple[int, int, tuple[tuple[str, int], ...]]:
+    """Order resource requests by cpu, then memory, then everything else."""
+    return (requests.get("cpu", 0), requests.get("memory", 0), tuple(sorted(requests.items())))
+
+
+def _copies(requests: Mapping[str, int], free: Mapping[str, int]) -> int:
+    count = 1 << 30
+    for name, amount in requests.items():
+        if amount > 0:
+            count = min(count, free.get(name, 0) // amount)
+    return max(count, 0)
+
+
+def plan(members: Sequence[PodRecord], nodes: Iterable[NodeRecord],
+         free_of: Callable[[NodeRecord], Resources],
+         free_cpu: Callable[[NodeRecord], int] | None = None) -> Plan:
+    """Place ``members`` on ``nodes`` first-fit, most-allocated node first (packs gangs tightly).
+
+    ``free_of(node)`` gives the capacity available to the gang on that node; ``free_cpu(node)``, when
+    given, must equal ``free_of(node).get("cpu", 0)`` and be cheaper. Nodes are ordered by free cpu;
+    with ``free_cpu``, ``free_of`` is called at most once per node, and only when a member could go
+    there (enough cpu, placement matches) or to explain why a member fits nowhere: placing a gang that
+    fits builds the free capacity only of the nodes it tries before every member is placed.
+    Deterministic: the same inputs always give the same plan.
+    """
+    node_list = list(nodes)
+    cpu_of = free_cpu or (lambda node: free_of(node).get(CPU, 0))
+    start_cpu = {node.name: cpu_of(node) for node in node_list}
+    order = sorted(node_list, key=attrgetter("name"))
+    order.sort(key=lambda n: start_cpu[n.name])  # stable: by free cpu, then name (cheaper than tuple keys)
+    free = _FreeView(free_of, start_cpu)
+    slots: list[tuple[str, Resources]] = []
+    unplaced: list[PodRecord] = []
+    blocking = ""
+    for shape in _shapes(members):
+        remaining = list(shape.pods)
+        cpu = shape.requests.get(CPU, 0)
+        for node in order:
+            if not remaining:
+                break
+            if cpu > 0 and free.cpu(node.name) < cpu:
+                continue  # what _copies would find, without building the node's free capacity
+            if placement_failure(shape.placement, node) is not None:
+                continue
+            node_free = free.of(node)
+            count = min(_copies(shape.requests, node_free), len(remaining))
+            for _ in range(count):
+                remaining.pop()
+                slots.append((node.name, shape.requests))
+                add_into(node_free, shape.requests, -1)
+        if remaining:
+            unplaced.extend(remaining)
+            if not blocking:
+                blocking = _blocking_reason(shape, node_list, free)
+    return Plan(tuple(slots), tuple(unplaced), blocking)
+
+
+class _FreeView:
+    """The planner's running free capacity per node, built from ``free_of`` on first use."""
+
+    __slots__ = ("_free", "_free_of", "_start_cpu")
+
+    def __init__(self, free_of: Callable[[NodeRecord], Resources], start_cpu: Mapping[str, int]) -> None:
+        self._free_of = free_of
+        self._start_cpu = start_cpu
+        self._free: dict[str, Resources] = {}
+
+    def cpu(self, name: str) -> int:
+        free = self._free.get(name)
+        return self._start_cpu[name] if free is None else free.get(CPU, 0)
+
+    def of(self, node: NodeRecord) -> Resources:
+        free = self._free.get(node.name)
+        if free is None:
+            free = self._free[node.name] = dict(self._free_of(node))
+        return free
+
+    def amount(self, node: NodeRecord, resource: str) -> int:
+        return self.cpu(node.name) if resource == CPU else self.of(node).get(resource, 0)
+
+
+def _blocking_reason(shape: _Shape, nodes: Sequence[NodeRecord], free: _FreeView) -> str:
+    eligible = [n for n in nodes if placement_failure(shape.placement, n) is None]
+    if not eligible:
+        return "no node matches its nodeSelector, affinity and tolerations"
+    short: Resources = {}
+    for name, amount in shape.requests.items():
+        if name == PODS:
+            continue
+        if any(free.amount(n, name) >= amount for n in eligible):
+            continue  # stops at the first node with enough, usually without building every node's view
+        short[name] = amount - max(free.amount(n, name) for n in eligible)
+    if short:
+        return f"no node has {describe({k: shape.requests[k] for k in short})} free " \
+               f"(largest free falls short by {describe(short)})"
+    return f"no node has {describe(shape.requests)} free at once"
+
+
+def pick_for_reservation(pending: Sequence[PodRecord], count: int) -> list[PodRecord]:
+    """The ``count`` members to reserve for: the largest pending ones (conservative)."""
+    ranked = sorted(pending, key=lambda p: (size_key(p.requests), p.name), reverse=True)
+    return ranked[:max(count, 0)]
+
+
+def consume_slot(slots: list[tuple[str, Resources]], node: str, requests: Mapping[str, int]) -> None:
+    """A member landed on ``node``: drop the reservation slot it used (same node first, else any
+    slot with the same requests, else the first slot: the plan only ever shrinks)."""
+    for index, (slot_node, slot_requests) in enumerate(slots):
+        if slot_node == node and shortfall(requests, slot_requests) is None:
+            del slots[index]
+            return
+    for index, (_, slot_requests) in enumerate(slots):
+        if slot_requests == requests:
+            del slots[index]
+            return
+    if slots:
+        del slots[0]
