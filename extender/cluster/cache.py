@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,13 +114,6 @@ class FilterCache:
             if self._entries.pop(signature, None) is not None:
                 self.flushes[reason] += 1
 
-    def clear(self, reason: str) -> None:
-        with self._lock:
-            count = len(self._entries)
-            self._entries.clear()
-            if count:
-                self.flushes[reason] += count
-
     def count(self, *, hit: bool, refreshed: int = 0) -> None:
         with self._lock:
             if hit:
@@ -138,8 +131,3 @@ class FilterCache:
             return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses,
                     "unsignable": self.unsignable, "refreshed_nodes": self.refreshed_nodes,
                     "flushes": dict(self.flushes)}
-
-
-def all_in(known: set[str], names: Iterable[str]) -> bool:
-    """True when every name is in ``known`` (one C-level pass; the cache-hit fast path)."""
-    return known.issuperset(names)

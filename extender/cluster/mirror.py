@@ -7,9 +7,12 @@ change that can alter whether a pod fits that node, with a bounded change log so
 only the nodes that changed. Must not: call the API server, decide gang rules, or cache filter
 results.
 
-Thread safety: every method takes ``self.lock`` (an RLock). Callers that need several reads to be
-consistent hold ``mirror.lock`` around them. Records are immutable and may be kept after the lock is
-released; the per-node dicts returned by accessors are live and must be read under the lock.
+Thread safety: every method that changes state or walks a collection takes ``self.lock`` (an RLock);
+the point reads (``pod_by_uid``, ``pod_count``, ``member_count``, ``is_member``, ``free``,
+``own_reservation``, ``used``, ``node_set_generation``) do not take it. Callers that need several
+reads to be consistent, or any of the point reads consistent with other state, hold ``mirror.lock``
+around them. Records are immutable and may be kept after the lock is released; the per-node dicts
+returned by accessors are live and must be read under the lock.
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from pathlib import Path
 
 import orjson
@@ -77,7 +76,3 @@ def _is_json(data: bytes) -> bool:
     except orjson.JSONDecodeError:
         return False
     return True
-
-
-def now() -> float:
-    return time.time()
