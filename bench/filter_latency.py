@@ -127,12 +127,19 @@ def add_noop_route(app: Any) -> None:
 def serve(argv: list[str]) -> int:
     """Server subprocess: the production CLI (``extender.cli.main``), with /noop added to the app."""
     from extender import cli
-    from extender.http import app as app_module
+
+    try:
+        from extender.http import app as app_module
+    except ImportError:  # a tree from before the package layout (--source-like PYTHONPATH runs)
+        from extender import app as app_module
 
     try:  # /noop takes filter-sized bodies: the serving worker caps it like /filter
-        from extender.http import framing
+        try:
+            from extender.http import framing
+        except ImportError:  # a tree from before the package layout
+            from extender import framing
         framing.NAME_LIST_PATHS = (*framing.NAME_LIST_PATHS, "/noop")
-    except ImportError:  # an older tree (--source-like PYTHONPATH runs): one cap for every path
+    except ImportError:  # an older tree still (--source-like PYTHONPATH runs): one cap for every path
         pass
 
     production_create_app = app_module.create_app
@@ -142,7 +149,7 @@ def serve(argv: list[str]) -> int:
         add_noop_route(app)
         return app
 
-    app_module.create_app = create_app  # cli.serve imports it when it starts gunicorn
+    app_module.create_app = create_app  # serve (extender/http/server.py) imports it when it starts gunicorn
     return cli.main(argv)
 
 

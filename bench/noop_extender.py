@@ -54,7 +54,7 @@ def create_app(kubeconfig: str) -> Flask:
 def main() -> None:
     from gunicorn.app.base import BaseApplication
 
-    from extender.cli import worker_connections
+    from extender.http.server import worker_connections
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--kubeconfig", required=True)

@@ -11,6 +11,7 @@ import pytest
 
 from extender import cli, config
 from extender.config import ENV_PREFIX, LOG_LEVELS, ConfigError, Settings, load, validate
+from extender.http import server
 
 
 @pytest.fixture(autouse=True)
@@ -220,7 +221,7 @@ def test_cli_names_the_env_var_at_fault(monkeypatch: pytest.MonkeyPatch, capsys:
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
     calls: list[Settings] = []
-    monkeypatch.setattr(cli, "serve", calls.append)
+    monkeypatch.setattr(server, "serve", calls.append)
     monkeypatch.setattr(cli, "_setup_logging", lambda level: None)
     return calls
 

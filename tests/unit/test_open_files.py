@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import resource
 
-from extender import cli
+from extender.http import server
 
 
 def test_open_file_limit_is_raised_for_the_threads() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
-        needed, now = cli.ensure_open_files(1000)
-        assert needed == 1000 + cli.KEEPALIVE_CONNECTIONS + cli.FDS_BESIDES_CONNECTIONS
+        needed, now = server.ensure_open_files(1000)
+        assert needed == 1000 + server.KEEPALIVE_CONNECTIONS + server.FDS_BESIDES_CONNECTIONS
         assert now == resource.getrlimit(resource.RLIMIT_NOFILE)[0] == (needed if hard == resource.RLIM_INFINITY
                                                                          else min(needed, hard))
     finally:
@@ -21,4 +21,4 @@ def test_open_file_limit_is_raised_for_the_threads() -> None:
 
 def test_worker_connections_leave_room_for_keep_alive_at_any_thread_count() -> None:
     for threads in (1, 256, 1000, 1024, 10_000):
-        assert cli.worker_connections(threads) - threads == cli.KEEPALIVE_CONNECTIONS
+        assert server.worker_connections(threads) - threads == server.KEEPALIVE_CONNECTIONS
