@@ -377,10 +377,12 @@ class Engine:
 
     def resume_release(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> dict[str, str]:
         """Finish a release a crash interrupted: bind each listed member (namespace, name, uid, node)
-        that is still pending, is the same pod (uid) and still has room on its node. Returns
-        ``namespace/name`` -> "" (bound now) or why it was not bound."""
+        that is still pending, is the same pod (uid) and still has room on its node; a member that needs
+        volume or claim preparation is not bound here (kube-scheduler's attempt that prepared it is gone)
+        but passes the barrier at its next bind. Returns ``namespace/name`` -> "" (bound now) or why not."""
         outcomes: dict[str, str] = {}
         todo: list[tuple[PodRecord, str]] = []
+        later: list[PodRecord] = []
         for namespace, name, uid, node in pods:
             key = f"{namespace}/{name}"
             pod = self.mirror.pod_by_uid(uid)
@@ -388,6 +390,9 @@ class Engine:
                 outcomes[key] = "gone (deleted or re-created)"
             elif pod.node_name == node:
                 outcomes[key] = "already bound"
+            elif pod.needs_preparation and not pod.node_name:
+                later.append(pod)
+                outcomes[key] = "needs volume or claim preparation: passes the barrier at its next bind"
             else:
                 error = self.ledger.resume(pod, node)
                 if error:
@@ -400,6 +405,7 @@ class Engine:
             outcomes[f"{pod.namespace}/{pod.name}"] = error
         bound = [pod for (pod, _), error in zip(todo, errors, strict=True) if not error]
         self.ledger.resumed(gang, bound)
+        self.ledger.approve(gang, later)
         return outcomes
 
     def _release_in_background(self, gang: GangKey, holds: list[Hold]) -> None:
