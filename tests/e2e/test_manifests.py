@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import copy
@@ -38,6 +39,7 @@ from identities import EXTENDER_SA, EXTENDER_USER, MANIFESTS, NAMESPACE, extende
 from identities import built as _built
 from support import ROOT, Extender, Sampler, bound, events, scheduler_config
 
+from extender import config
 from extender.config import Settings
 
 pytestmark = pytest.mark.e2e
@@ -126,7 +128,7 @@ def test_every_manifest_is_accounted_for() -> None:
         "second-scheduler-tls/kube-scheduler-config.yaml", "second-scheduler/kube-scheduler-config.yaml"]
     assert [_rel(p) for p in inv["kind_configs"]] == ["kind/kind-config.yaml"]
     assert sorted(_rel(d) for d in inv["kustomize_dirs"]) == [
-        "crds", "default-scheduler", "examples", "rbac", "second-scheduler", "second-scheduler-tls"]
+        "crds", "default-scheduler", "examples", "ha", "rbac", "second-scheduler", "second-scheduler-tls"]
     # Every directory that holds API objects is a kustomization.
     for path in inv["kustomized"] + inv["loose_api_objects"]:
         assert (path.parent / "kustomization.yaml").is_file(), path
@@ -175,6 +177,60 @@ def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
     assert configured["profiles"] == [{"schedulerName": "gang-scheduler"}]
     assert configured["leaderElection"]["resourceName"] == "gang-scheduler"
     assert configured["leaderElection"]["resourceNamespace"] == NAMESPACE
+
+
+def _settings(args: list[str]) -> Settings:
+    """The extender's settings from a container's args, validated as ``gang-extender serve`` does."""
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    return config.load(vars(parser.parse_args(args)), environ={})
+
+
+def test_ha_overlay_runs_two_electing_replicas_spread_over_nodes(k8s_bin_dir: Path) -> None:
+    """manifests/ha: the second scheduler's pod twice, never two on one node, one replica replaced at a
+    time and kept through voluntary disruptions; both processes elect a leader, each on its own Lease,
+    and the extender's Lease is the one its Role lets it read and update."""
+    built = _built(k8s_bin_dir, "ha")
+    kinds = {d["kind"]: d for d in built}
+    deployment, pdb = kinds["Deployment"], kinds["PodDisruptionBudget"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    (spread,) = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert pdb["metadata"]["namespace"] == deployment["metadata"]["namespace"] == NAMESPACE
+    assert pdb["spec"]["minAvailable"] == 1 and pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+    pod = deployment["spec"]["template"]["spec"]
+    (sidecar,) = pod["initContainers"]
+    settings = _settings(sidecar["args"])
+    assert settings.leader_election == "on" and settings.release_journal is None, sidecar["args"]
+    assert settings.lease_namespace == NAMESPACE
+    scheduler_config_ = yaml.safe_load(kinds["ConfigMap"]["data"]["config.yaml"])
+    election = scheduler_config_["leaderElection"]
+    assert election["leaderElect"] is True and election["resourceNamespace"] == NAMESPACE
+    assert election["resourceName"] != settings.lease_name, "kube-scheduler and the extender share a Lease"
+    # Everything but replicas, strategy, affinity and the extender's flags is the single replica's.
+    base = {d["kind"]: d for d in _built(k8s_bin_dir, "second-scheduler")}
+    assert kinds["ConfigMap"] == base["ConfigMap"]
+    assert {k: v for k, v in kinds.items() if k not in ("Deployment", "PodDisruptionBudget")} == {
+        k: v for k, v in base.items() if k != "Deployment"}
+    base_pod = base["Deployment"]["spec"]["template"]["spec"]
+    assert {k: v for k, v in pod.items() if k not in ("affinity", "initContainers")} == {
+        k: v for k, v in base_pod.items() if k != "initContainers"}
+    (base_sidecar,) = base_pod["initContainers"]
+    assert {k: v for k, v in sidecar.items() if k != "args"} == {k: v for k, v in base_sidecar.items() if k != "args"}
+    assert [a for a in sidecar["args"] if not a.startswith("--lease")] == [
+        *(a for a in base_sidecar["args"] if not a.startswith("--release-journal")), "--leader-election=on"]
+    # The Role of manifests/rbac: get and update of exactly the extender's Lease, create (unnamed).
+    (role,) = [d for d in built if d["kind"] == "Role" and d["metadata"]["name"] == "gang-extender:leases"]
+    assert role["metadata"]["namespace"] == settings.lease_namespace
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [settings.lease_name],
+         "verbs": ["get", "update"]}]
 
 
 def test_tls_overlay_wires_the_secret_into_both_containers(k8s_bin_dir: Path) -> None:
@@ -273,7 +329,7 @@ def test_server_dry_run_loose_manifest(installed: ControlPlane, path: Path) -> N
     _assert_clean_dry_run(proc, _rel(path))
 
 
-@pytest.mark.parametrize("directory", ["second-scheduler", "second-scheduler-tls"])
+@pytest.mark.parametrize("directory", ["second-scheduler", "second-scheduler-tls", "ha"])
 def test_second_scheduler_pod_passes_restricted_pod_security(installed: ControlPlane, directory: str) -> None:
     """Dry-run warnings only hint at Pod Security for a Deployment; creating its Pod enforces it."""
     cp = installed
