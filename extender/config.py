@@ -254,6 +254,9 @@ def _lease_problems(settings: Settings) -> list[str]:
     problems = []
     if settings.leader_election not in ("on", "off"):
         problems.append(f"leader-election must be on or off, got {settings.leader_election!r}")
+    elif settings.leader_election == "on" and settings.release_journal:
+        problems.append("release-journal and leader-election on exclude each other: with leader election the "
+                        "releases are written on the leader's Lease")
     if settings.lease_namespace and not (len(settings.lease_namespace) <= 63
                                          and _DNS_LABEL.fullmatch(settings.lease_namespace)):
         problems.append(f"lease-namespace must be a namespace name, got {settings.lease_namespace!r}")

@@ -76,10 +76,16 @@ class Binder(Protocol):
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
 
 
-class ReleaseLog(Protocol):
-    """Where the engine writes a release down before its first Binding (the release journal)."""
+class ReleaseNotRecordedError(Exception):
+    """A release could not be written down (not the leader, fenced, full): it must not start."""
 
-    def opened(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> int: ...
+
+class ReleaseLog(Protocol):
+    """Where the engine writes a release down before its first Binding (the release journal, or the
+    intents on the leader's Lease)."""
+
+    def opened(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> int:
+        """Record the release; raises ReleaseNotRecordedError when it is not known to be recorded."""
 
     def closed(self, release_id: int) -> None: ...
 
@@ -88,10 +94,11 @@ class Engine:
     def __init__(self, mirror: ClusterMirror, cache: FilterCache, ledger: GangLedger, binder: Binder,
                  *, bind_parallelism: int = 8, clock: Callable[[], float] = time.monotonic,
                  release_log: ReleaseLog | None = None, scheduler_names: frozenset[str] | None = None,
-                 answer_margin: float = 1.0) -> None:
+                 answer_margin: float = 1.0, may_act: Callable[[], bool] = lambda: True) -> None:
         """``scheduler_names``: the spec.schedulerName values whose pods may be bound (None: any).
         ``answer_margin``: how long before the caller's timeout a bind is answered (the ledger's
-        ``hold_seconds`` is that timeout less this margin); a Binding gets half of it as slack."""
+        ``hold_seconds`` is that timeout less this margin); a Binding gets half of it as slack.
+        ``may_act``: whether this replica leads (checked before each Binding of a release)."""
         self.mirror = mirror
         self.cache = cache
         self.ledger = ledger
@@ -100,6 +107,7 @@ class Engine:
         self.release_log = release_log
         self.scheduler_names = scheduler_names
         self.answer_margin = answer_margin
+        self.may_act = may_act
         self.steered = 0  # filter requests answered with the nodes of the member's own reservation
         self._bind_pool = ThreadPoolExecutor(max_workers=max(1, bind_parallelism),
                                              thread_name_prefix="gang-bind")
@@ -348,20 +356,38 @@ class Engine:
         except BindError as exc:
             log.warning("bind %s/%s -> %s failed: %s", pod.namespace, pod.name, node, exc)
             return f"binding pod {pod.namespace}/{pod.name} to {node} failed: {exc}"
+        except Exception as exc:  # a bug must not leave a release's holds unanswered
+            log.exception("bind %s/%s -> %s failed", pod.namespace, pod.name, node)
+            return f"binding pod {pod.namespace}/{pod.name} to {node} failed: {type(exc).__name__}: {exc}"
         return ""
 
     def _release(self, gang: GangKey, holds: Sequence[Hold]) -> None:
         """Bind a released quorum: written down first, so a crash halfway is finished on restart."""
         release_id = 0
         if self.release_log is not None:
-            release_id = self.release_log.opened(
-                str(gang), [(h.pod.namespace, h.pod.name, h.pod.uid, h.node) for h in holds])
+            try:
+                release_id = self.release_log.opened(
+                    str(gang), [(h.pod.namespace, h.pod.name, h.pod.uid, h.node) for h in holds])
+            except Exception as exc:  # not recorded (not the leader, fenced, full) or a failing journal
+                if not isinstance(exc, ReleaseNotRecordedError):
+                    log.exception("gang %s: writing its release down failed", gang)
+                self.ledger.unrelease(gang, list(holds), f"gang {gang} was not released: {exc}; nothing was bound "
+                                      "and kube-scheduler retries its members")
+                return
         try:
-            errors = list(self._bind_pool.map(lambda h: self._bind_one(h.pod, h.node, h.answer_by), holds))
+            errors = list(self._bind_pool.map(self._bind_held, holds))
             self.ledger.released(gang, list(zip(holds, errors, strict=True)))
         finally:
             if self.release_log is not None:
                 self.release_log.closed(release_id)
+
+    def _bind_held(self, hold: Hold) -> str:
+        """One Binding of a release, by the leader only: a replica deposed midway stops binding (the
+        release stays open on the Lease, and the next leader lets the rest through)."""
+        if not self.may_act():
+            return (f"binding pod {hold.pod.namespace}/{hold.pod.name} was not attempted: this gang-extender "
+                    "replica lost its leadership during the release; kube-scheduler retries it")
+        return self._bind_one(hold.pod, hold.node, hold.answer_by)
 
     def resume_release(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> dict[str, str]:
         """Finish a release a crash interrupted: bind each listed member (namespace, name, uid, node)

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from extender.engine import ReleaseNotRecordedError
 from extender.journal import JournalPod, Release
 from extender.leader import LeaderElector, LeaseWriteError
 
@@ -39,7 +40,7 @@ ANNOTATIONS_LIMIT = 256 * 1024  # the API server's limit on one object's annotat
 DEFAULT_MAX_BYTES = 128 * 1024  # the open releases' annotation, at most (~1,300 members of ~100 bytes)
 
 
-class IntentNotRecordedError(Exception):
+class IntentNotRecordedError(ReleaseNotRecordedError):
     """The release was not (known to be) written: bind none of its members."""
 
 

@@ -177,7 +177,11 @@ class LeaderElector:
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], datetime] = lambda: datetime.now(UTC),
                  on_started: Callable[[], None] | None = None,
-                 on_stopped: Callable[[], None] | None = None) -> None:
+                 on_stopped: Callable[[], None] | None = None,
+                 eligible: Callable[[], bool] | None = None) -> None:
+        """``eligible``: whether this replica should lead now (default: always). An ineligible
+        candidate only watches the Lease (so that it knows how long it has been unchanged); an
+        ineligible leader hands it back."""
         problems = config.problems()
         if problems:
             raise ValueError("invalid leader election settings: " + "; ".join(problems))
@@ -185,6 +189,7 @@ class LeaderElector:
         self.identity = identity or new_identity()
         self.clock, self.wall = clock, wall
         self.on_started, self.on_stopped = on_started, on_stopped
+        self.eligible = eligible or (lambda: True)
         self.lock = threading.RLock()  # held for every write to the Lease
         self.term = 0                  # leaderships gained by this elector
         self._lease: dict[str, Any] | None = None  # the Lease as last read or written
@@ -248,10 +253,15 @@ class LeaderElector:
         """One round: renew if leading, else try to acquire. Returns ``is_leader()``."""
         with self.lock:
             try:
-                if self._leading_until:
+                if self._leading_until and self.eligible():
                     self._renew()
-                else:
+                elif self._leading_until:
+                    self.release()
+                    self._leading_until = 0.0
+                elif self.eligible():
                     self._try_acquire()
+                else:
+                    self._observe()
             except KubeError as exc:
                 log.warning("leader election on Lease %s/%s: %s", self.config.namespace, self.config.name, exc)
             except Exception:  # the elector must survive anything; its deadline keeps it safe
@@ -366,6 +376,12 @@ class LeaderElector:
             return
         self._seen(fresh, self.clock())  # changed by someone else, still ours: write over it
         self._put(fresh, self.identity, max(self._leading_until - self.clock(), 0.05), {})
+
+    def _observe(self) -> None:
+        """Read the Lease without competing for it (when it last changed counts toward a takeover)."""
+        lease = self.api.get(self.config.namespace, self.config.name, self.config.retry_period)
+        if lease is not None:
+            self._seen(lease, self.clock())
 
     def _try_acquire(self) -> None:
         timeout = self.config.retry_period

@@ -125,6 +125,7 @@ class GangLedger:
         self._verdicts: dict[GangKey, str] = {}  # last waiting message of gangs the ledger has no state for
         self._blocked: dict[str, PodRecord] = {}  # pods rejected until capacity frees up
         self._rejected: dict[GangKey, set[str]] = {}  # members a gang rule rejected: woken at admission
+        self._approved: set[str] = set()  # members of a release a previous leader left open: bind at once
         self._swept_at = float("-inf")  # when sweep last walked every gang
         self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0,
                          "releases_resumed": 0, "holds_recycled": 0, "releases_aborted": 0}
@@ -308,7 +309,8 @@ class GangLedger:
             error = self._fit_error(pod, node, pod.gang if policy else None)
             if error:
                 return BindDecision(BindAction.REJECT, error=error)
-            if policy is None or pod.gang is None:
+            if policy is None or pod.gang is None or pod.uid in self._approved:
+                self._approved.discard(pod.uid)
                 self.mirror.assume(pod.uid, node)
                 return BindDecision(BindAction.NOW)
             state = existing or self._gangs.setdefault(pod.gang, GangState(pod.gang, policy))
@@ -432,6 +434,32 @@ class GangLedger:
             if not error:
                 self.mirror.assume(pod.uid, node)
             return error
+
+    def approve(self, gang: str, pods: list[PodRecord]) -> None:
+        """Members of a release that a previous leader started and did not finish (its intent on the
+        Lease): each passes the barrier at its next bind request, to whatever node fits it then."""
+        if not pods:
+            return
+        with self.lock:
+            for pod in pods[:max(MAX_BLOCKED - len(self._approved), 0)]:
+                self._approved.add(pod.uid)
+            self.counters["releases_resumed"] += 1
+        log.info("gang %s: release left open by the previous leader: %d member(s) pass the barrier at their next "
+                 "bind", gang, len(pods))
+        self.on_event(pods, "Normal", "GangReleaseResumed",
+                      f"gang {gang}: the previous gang-extender leader was binding this gang's quorum when it "
+                      f"stopped; the remaining {len(pods)} member(s) bind as soon as kube-scheduler retries them")
+
+    def unrelease(self, gang: GangKey, holds: list[Hold], message: str) -> None:
+        """A release that may not start (its intent could not be written down): answer its holds with a
+        retry; they keep their reserved place."""
+        with self.lock:
+            for hold in holds:
+                hold.releasing = False
+            state = self._gangs.get(gang)
+            if state is None:
+                return
+            self._recycle(state, [h for h in holds if h.pod.uid in state.holds], self.clock(), message)
 
     def resumed(self, gang: str, bound: list[PodRecord]) -> None:
         """Members of an interrupted release were bound after a restart: count it and tell them."""

@@ -23,11 +23,14 @@ from extender import config, snapshot
 from extender.cache import FilterCache
 from extender.cluster import ClusterMirror
 from extender.config import Settings
-from extender.engine import Binder, BindError, Engine
+from extender.engine import Binder, BindError, Engine, ReleaseLog
 from extender.events import EventRecorder, PodWaker, log_sink, pod_reference
 from extender.groups import GROUP_APIS, GroupApi, event_reference, status_apply
+from extender.intents import ReleaseIntents
 from extender.journal import ReleaseJournal
 from extender.kube import KubeClient, KubeError
+from extender.leader import ElectionConfig, KubeLeaseApi, LeaderElector, default_namespace
+from extender.leadership import NOT_LEADER, Leadership
 from extender.ledger import GangLedger
 from extender.model import GangKey, GangStatus, GroupKind, GroupRef, PodRecord
 from extender.status import CONFLICT, SENT, SKIPPED, StatusWriter, Write
@@ -131,6 +134,7 @@ class Runtime:
     discovered: bool = False  # the first discovery round succeeded and started every watch
     journal: ReleaseJournal | None = None
     resumed: bool = False  # releases a crash interrupted are finished (True at once without a journal)
+    leadership: Leadership | None = None  # several replicas: only the leader acts (--leader-election on)
     _starter: Callable[[], None] | None = None
     _synced_once: bool = False
 
@@ -172,15 +176,22 @@ class Runtime:
         """While the view of the cluster is stale, answer every held bind with a retry (no release is
         decided on a frozen mirror); returns how many were answered."""
         stale = self.stale_problem(now)
+        if not stale and self.leadership is not None and not self.leadership.is_leader():
+            stale = NOT_LEADER  # leadership lost while holding: a deposed replica releases nothing
         answered = self.ledger.answer_all_held(stale) if stale else 0
         if answered:
             log.warning("answered %d held bind(s) with a retry: %s", answered, stale)
         return answered
 
     def serving_problem(self, now: float | None = None) -> str:
-        """Why the verbs must answer the protocol's Error now (kube-scheduler retries); "" to serve."""
+        """Why a verb must answer the protocol's Error now (kube-scheduler retries); "" to serve. A
+        verb call is also what makes a replica compete for leadership."""
+        if self.leadership is not None:
+            self.leadership.called()
         if not self.synced():
             return NOT_SYNCED
+        if self.leadership is not None and not self.leadership.is_leader():
+            return NOT_LEADER
         return self.stale_problem(now)
 
     def synced(self) -> bool:
@@ -214,6 +225,8 @@ class Runtime:
             detail["groupApis"] = self.group_watches.versions()
         if self.discovery_error:
             detail["discovery_error"] = self.discovery_error
+        if self.leadership is not None:  # readiness does not depend on it: a standby must start too
+            detail["leader"] = self.leadership.is_leader()
         return ready, detail
 
     def finish_start(self) -> None:
@@ -238,6 +251,10 @@ class Runtime:
         if self.journal is not None:
             self.journal.close()
         self.engine.close()
+        if self.leadership is not None and self.leadership.elector is not None:
+            intents = self.leadership.intents
+            # hand the Lease back at once unless a release is still open (a successor must finish it)
+            self.leadership.elector.stop(release=intents is None or intents.open_count() == 0)
         self.events.close()
         self.waker.close()
         if self.status is not None:
@@ -320,7 +337,7 @@ def _core(settings: Settings, binder_for: Callable[[ClusterMirror], Binder],
           sink: Callable[[dict[str, str], str, str, str], None],
           patch: Callable[[str, str, dict[str, str]], None],
           apply_status: Callable[[dict[str, Any]], None] | None = None,
-          journal: ReleaseJournal | None = None) -> tuple[
+          journal: ReleaseLog | None = None, may_act: Callable[[], bool] = lambda: True) -> tuple[
               ClusterMirror, FilterCache, GangLedger, Engine, EventRecorder, PodWaker, StatusWriter | None]:
     mirror = ClusterMirror()
     cache = FilterCache(settings.cache_size, settings.cache_ttl_seconds)
@@ -347,7 +364,7 @@ def _core(settings: Settings, binder_for: Callable[[ClusterMirror], Binder],
                         hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds)
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
                     release_log=journal, scheduler_names=config.scheduler_names(settings),
-                    answer_margin=settings.bind_answer_margin_seconds)
+                    answer_margin=settings.bind_answer_margin_seconds, may_act=may_act)
     return mirror, cache, ledger, engine, events, waker, status
 
 
@@ -373,9 +390,15 @@ def from_api(settings: Settings) -> Runtime:
     if journal is not None and journal.unfinished:
         log.warning("release journal %s: %d release(s) were interrupted (a crash?); they are finished once "
                     "nodes and pods are listed", settings.release_journal, len(journal.unfinished))
+    elector, intents, leading = _election(settings, kube, lambda: leadership)
     mirror, cache, ledger, engine, events, waker, status = _core(
-        settings, lambda _m: KubeBinder(kube), kube.create_event, kube.annotate_pod, apply_status, journal)
+        settings, lambda _m: KubeBinder(kube), _if(leading, kube.create_event), _if(leading, kube.annotate_pod),
+        _if(leading, apply_status), intents or journal, leading)
     runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, "api", status, journal=journal)
+    leadership: Leadership | None = None
+    if elector is not None and intents is not None:
+        leadership = runtime.leadership = Leadership(settings.lease_duration_seconds, ledger, mirror)
+        leadership.attach(elector, intents)
 
     def reflector(name: str, path: str, replace: Callable[[Iterable[dict[str, Any]]], None],
                   apply: Callable[[str, dict[str, Any]], None],
@@ -455,6 +478,11 @@ def from_api(settings: Settings) -> Runtime:
         for r in runtime.core_reflectors:
             r.start()
         runtime.discovered = True
+        if leadership is not None and elector is not None:
+            elector.start()
+            threading.Thread(target=leadership.resume_when_listed, name="leader-resume", daemon=True,
+                             args=(lambda: all(r.synced.is_set() for r in runtime.core_reflectors),
+                                   runtime.stop_event)).start()
         runtime.finish_start()
         while not runtime.stop_event.wait(settings.discovery_interval_seconds):
             if not discover():
@@ -464,6 +492,39 @@ def from_api(settings: Settings) -> Runtime:
 
     runtime._starter = run
     return runtime
+
+
+def _election(settings: Settings, kube: KubeClient, leadership: Callable[[], Leadership | None]) -> tuple[
+        LeaderElector | None, ReleaseIntents | None, Callable[[], bool]]:
+    """The elector and the release intents on its Lease (``--leader-election on``), and the predicate
+    every write to the cluster is gated on (always True with a single replica)."""
+    if settings.leader_election != "on":
+        return None, None, lambda: True
+    config = ElectionConfig(settings.lease_namespace or default_namespace(), settings.lease_name,
+                            settings.lease_duration_seconds, settings.lease_renew_deadline_seconds,
+                            settings.lease_retry_period_seconds)
+
+    def eligible() -> bool:
+        current = leadership()
+        return current is not None and current.eligible()
+
+    def gained() -> None:
+        current = leadership()
+        if current is not None:
+            current.gained()
+
+    elector = LeaderElector(KubeLeaseApi(kube), config, on_started=gained, eligible=eligible)
+    intents = ReleaseIntents(elector, max_bytes=settings.release_intents_max_bytes)
+    return elector, intents, elector.is_leader
+
+
+def _if(allowed: Callable[[], bool], write: Callable[..., None]) -> Callable[..., None]:
+    """``write`` (an Event, a wake-up patch, a status apply) only while ``allowed()``: only the leader
+    tells users things; a standby's writes are dropped."""
+    def gated(*args: Any) -> None:
+        if allowed():
+            write(*args)
+    return gated
 
 
 def build(settings: Settings) -> Runtime:

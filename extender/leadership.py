@@ -1,0 +1,81 @@
+"""Leadership: which of several replicas acts, tied to the kube-scheduler that calls it.
+
+Owns: when this replica competes for the leader Lease (``LeaderElector``'s ``eligible``): while
+kube-scheduler calls it (a verb within the last lease duration), while it holds binds or has a release
+open. Each kube-scheduler replica calls only its own extender on loopback and only the leading
+kube-scheduler schedules, so the extender that is called is the one that leads, and one that is no
+longer called hands the Lease back (two replicas on one host share a hostname: kube-scheduler's own
+Lease cannot tell which extender is its sidecar). Also owns what a new leader does first: the members
+of releases a previous leader left open (their intents on the Lease) pass the barrier at their next
+bind. Must not: bind, decide gang rules, or serve HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from extender.cluster import ClusterMirror
+from extender.intents import ReleaseIntents
+from extender.leader import LeaderElector
+from extender.ledger import GangLedger
+
+log = logging.getLogger(__name__)
+
+NOT_LEADER = ("this gang-extender replica is not the leader (it is competing for the Lease, or another replica "
+              "holds it): kube-scheduler will retry")
+
+
+class Leadership:
+    """Campaign while called; resume what a previous leader left open once this replica leads."""
+
+    def __init__(self, idle_seconds: float, ledger: GangLedger, mirror: ClusterMirror,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.idle_seconds = idle_seconds
+        self.ledger, self.mirror, self.clock = ledger, mirror, clock
+        self.elector: LeaderElector | None = None
+        self.intents: ReleaseIntents | None = None
+        self._called_at = float("-inf")
+        self._resume = threading.Event()
+
+    def attach(self, elector: LeaderElector, intents: ReleaseIntents) -> None:
+        self.elector, self.intents = elector, intents
+
+    # --------------------------------------------------------------------------------- queries
+    def called(self) -> None:
+        """kube-scheduler sent a verb: this replica's scheduler is the one scheduling."""
+        self._called_at = self.clock()
+
+    def eligible(self) -> bool:
+        """Whether to compete for (or keep) the Lease."""
+        busy = self.ledger.held_count() > 0 or (self.intents is not None and self.intents.open_count() > 0)
+        return busy or self.clock() - self._called_at < self.idle_seconds
+
+    def is_leader(self) -> bool:
+        return self.elector is not None and self.elector.is_leader()
+
+    # --------------------------------------------------------------------------------- takeover
+    def gained(self) -> None:
+        """The elector's callback (its thread): hand the resume to ``resume_when_listed``."""
+        self._resume.set()
+
+    def resume_when_listed(self, listed: Callable[[], bool], stop: threading.Event) -> None:
+        """Run on a thread of its own: each time leadership is gained, once nodes and pods are listed,
+        let the unbound members of the releases left open pass the barrier at their next bind and close
+        those releases."""
+        while not stop.is_set():
+            if not self._resume.wait(0.5):
+                continue
+            while not listed() and not stop.wait(0.2):
+                pass
+            self._resume.clear()
+            if self.intents is None or not self.is_leader():
+                continue
+            for release in self.intents.unfinished:
+                with self.mirror.lock:
+                    pods = [pod for member in release.pods
+                            if (pod := self.mirror.pod_by_uid(member.uid)) is not None and not pod.node_name]
+                self.ledger.approve(release.gang, pods)
+                self.intents.closed(release.id)

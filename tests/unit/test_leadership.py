@@ -1,0 +1,199 @@
+"""Leadership wired to the engine: the replica kube-scheduler calls is the one that leads; a release is
+written on the Lease before its first Binding and not started when it cannot be; a replica deposed
+midway stops binding; the next leader lets the rest of an open release through at the next bind."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.config import Settings
+from extender.intents import ReleaseIntents
+from extender.leader import ElectionConfig, LeaderElector
+from extender.leadership import NOT_LEADER, Leadership
+from extender.runtime import from_snapshot
+from tests.builders import Harness, bind_args, coscheduling_podgroup, filter_args, make_engine, node, pod
+from tests.lease_fake import Clock, FakeLeases
+
+CONFIG = ElectionConfig("ns", "lease", lease_duration=15, renew_deadline=10, retry_period=2)
+NODES4 = ["n1", "n2", "n3", "n4"]
+
+
+class Replica:
+    """An engine harness whose release log is the intents on an elector's Lease, campaigning while called."""
+
+    def __init__(self, server: FakeLeases, clock: Clock, name: str) -> None:
+        self.h = make_engine(bind_parallelism=1)  # a release's Bindings one after another
+        self.h.add(*(node(n) for n in NODES4))
+        self.leadership = Leadership(CONFIG.lease_duration, self.h.ledger, self.h.mirror, clock=clock)
+        self.elector = LeaderElector(server.client(), CONFIG, name, clock=clock, eligible=self.leadership.eligible,
+                                     on_started=self.leadership.gained)
+        self.intents = ReleaseIntents(self.elector)
+        self.leadership.attach(self.elector, self.intents)
+        self.h.engine.release_log = self.intents
+        self.h.engine.may_act = self.elector.is_leader
+
+
+@pytest.fixture
+def world() -> Iterator[tuple[FakeLeases, Clock]]:
+    yield FakeLeases(), Clock()
+
+
+def test_only_the_called_replica_competes_and_an_idle_leader_hands_the_lease_back(
+        world: tuple[FakeLeases, Clock]) -> None:
+    server, clock = world
+    a, b = Replica(server, clock, "a"), Replica(server, clock, "b")
+    try:
+        for _ in range(3):
+            a.elector.step(), b.elector.step()
+        assert not a.elector.is_leader() and not b.elector.is_leader(), "nobody called: nobody leads"
+        b.leadership.called()
+        b.elector.step()
+        assert b.elector.is_leader() and not a.elector.is_leader()
+        for _ in range(10):  # called and renewing every retry period
+            clock.now += 2
+            b.leadership.called()
+            b.elector.step()
+            assert b.elector.is_leader()
+        for _ in range(7):  # no call for 14 s: still leading (renewing)
+            clock.now += 2
+            b.elector.step()
+            assert b.elector.is_leader()
+        clock.now += 2  # not called for longer than the lease duration: its scheduler stopped leading
+        b.elector.step()
+        assert not b.elector.is_leader() and b.elector.holder == ""
+        a.leadership.called()
+        a.elector.step()
+        assert a.elector.is_leader(), "a released Lease is taken at once"
+    finally:
+        a.h.close(), b.h.close()
+
+
+def gang(h: Harness) -> list[dict[str, Any]]:
+    members = [pod(f"a-{i}", cpu="3", pod_group="a") for i in range(4)]
+    h.add(coscheduling_podgroup("a", 4), *members)
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+    return members
+
+
+def bind_all(h: Harness, members: list[dict[str, Any]]) -> dict[str, str]:
+    results: dict[str, str] = {}
+    threads = [threading.Thread(target=lambda m=m, n=n: results.__setitem__(m["metadata"]["name"], h.engine.bind(
+        bind_args(m, n))), daemon=True) for m, n in zip(members, NODES4, strict=True)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.01)
+    for thread in threads:
+        thread.join(5)
+        assert not thread.is_alive()
+    return results
+
+
+def test_a_release_is_on_the_lease_before_its_first_binding(world: tuple[FakeLeases, Clock]) -> None:
+    server, clock = world
+    r = Replica(server, clock, "a")
+    try:
+        r.leadership.called()
+        r.elector.step()
+        seen: list[str] = []
+        original = r.h.binder.bind
+
+        def bind(namespace: str, name: str, uid: str, node_name: str, timeout: float = 10.0) -> None:
+            seen.append(server.lease()["metadata"]["annotations"]["gang-extender.io/releases"])
+            original(namespace, name, uid, node_name, timeout)
+
+        r.h.binder.bind = bind  # type: ignore[method-assign]
+        assert bind_all(r.h, gang(r.h)) == dict.fromkeys(("a-0", "a-1", "a-2", "a-3"), "")
+        assert len(seen) == 4 and all('"gang":"default/a"' in value for value in seen)
+        assert '"open":[]' in server.lease()["metadata"]["annotations"]["gang-extender.io/releases"]
+    finally:
+        r.h.close()
+
+
+def test_a_replica_that_is_not_the_leader_starts_no_release(world: tuple[FakeLeases, Clock]) -> None:
+    server, clock = world
+    r = Replica(server, clock, "a")  # never elected
+    try:
+        answers = bind_all(r.h, gang(r.h))
+        assert r.h.binder.calls == []
+        assert all("was not released" in a and "not the leader" in a for a in answers.values())
+    finally:
+        r.h.close()
+
+
+def test_a_leader_deposed_midway_stops_binding_and_the_next_lets_the_rest_through(
+        world: tuple[FakeLeases, Clock]) -> None:
+    server, clock = world
+    a, b = Replica(server, clock, "a"), Replica(server, clock, "b")
+    try:
+        a.leadership.called()
+        a.elector.step()
+        members = gang(a.h)
+        a.h.binder.gate.clear()  # the release's Bindings block
+        results: dict[str, str] = {}
+        threads = [threading.Thread(target=lambda m=m, n=n: results.__setitem__(m["metadata"]["name"], a.h.engine.bind(
+            bind_args(m, n))), daemon=True) for m, n in zip(members, NODES4, strict=True)]
+        for thread in threads:
+            thread.start()
+        assert a.h.binder.entered.acquire(timeout=5)  # the first Binding is in flight
+        clock.now += CONFIG.renew_deadline + 0.1  # a's renewals stopped (partition): it no longer leads
+        a.h.binder.gate.set()
+        for thread in threads:
+            thread.join(5)
+        bound = a.h.binder.bound_names
+        assert len(bound) == 1, "a partial release: the deposed leader stopped binding after the one in flight"
+        assert sum("lost its leadership" in v for v in results.values()) == 4 - len(bound)
+        # b takes over after the lease duration and lets the rest through at their next bind
+        b.h.add(coscheduling_podgroup("a", 4))
+        for member in members:  # b's mirror, as its pod watch reports it
+            b.h.add({**member, "spec": {**member["spec"], **({"nodeName": "n1"} if member["metadata"]["name"] in bound
+                                                            else {})}})
+        b.leadership.called()
+        b.elector.step()  # sees a's Lease, unchanged since a's last renewal
+        clock.now += CONFIG.lease_duration
+        b.elector.step()
+        assert b.elector.is_leader() and [r.gang for r in b.intents.unfinished] == ["default/a"]
+        stop = threading.Event()
+        threading.Thread(target=b.leadership.resume_when_listed, args=(lambda: True, stop), daemon=True).start()
+        deadline = time.monotonic() + 5
+        while b.intents.unfinished:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stop.set()
+        rest = [m for m in members if m["metadata"]["name"] not in bound]
+        answers: list[str] = []
+        worker = threading.Thread(target=lambda: answers.extend(  # without the approval they would be held
+            b.h.engine.bind(bind_args(m, ["n2", "n3", "n4"][i])) for i, m in enumerate(rest)), daemon=True)
+        worker.start()
+        worker.join(5)
+        assert answers == [""] * len(rest), "each passed the barrier at once"
+        assert b.h.binder.bound_names == sorted(m["metadata"]["name"] for m in rest), "no barrier for them"
+        assert b.h.events.of("GangReleaseResumed")
+    finally:
+        a.h.close(), b.h.close()
+
+
+def test_the_verbs_answer_error_on_a_replica_that_does_not_lead(tmp_path: Path,
+                                                                world: tuple[FakeLeases, Clock]) -> None:
+    server, clock = world
+    snapshot = tmp_path / "s.json"
+    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [node("n1")]}))
+    runtime = from_snapshot(Settings(cluster_snapshot=str(snapshot)))
+    try:
+        leadership = runtime.leadership = Leadership(CONFIG.lease_duration, runtime.ledger, runtime.mirror, clock=clock)
+        elector = LeaderElector(server.client(), CONFIG, "a", clock=clock, eligible=leadership.eligible)
+        leadership.attach(elector, ReleaseIntents(elector))
+        elector.step()
+        assert not elector.is_leader(), "not called yet: not competing"
+        assert runtime.serving_problem() == NOT_LEADER  # ... and that call makes it compete
+        elector.step()
+        assert elector.is_leader() and runtime.serving_problem() == ""
+        assert runtime.readiness()[1]["mode"] == "snapshot"
+    finally:
+        runtime.close()
