@@ -21,8 +21,9 @@ Figures (a dict; ``problems`` says which break an invariant):
   lost bindings: answered OK for a node the pod was never bound to;
 - over-commit: the pod watch replayed in the API server's order (bindings add a pod's cpu to its node,
   deletions take it away): every moment a node's pods requested more cpu than it has;
-- partial gangs: a gang is partly bound from its first member's binding to its last; its budget is 5 s
-  plus the takeover time (kill → first bind) of each kill in that interval. Over budget: partial;
+- partial gangs: a gang is partly bound from its first member's binding to its last; every stretch of
+  that time must end within 5 s, or within the takeover time (kill → first bind) + 5 s when a kill
+  began it (a stretch ends at the next kill or when the gang is whole). Over that: partial;
 - pods left unbound at the end, releases a kill cut, processes that exited without being killed.
 
 Times are the test process's: ``time.time()`` to compare with Lease times and the recordings (one
@@ -162,6 +163,8 @@ def _changed(cp: ControlPlane, namespace: str, name: str, before: str, timeout: 
 def _kill_round(cp: ControlPlane, ns: str, pairs: Sequence[Pair], watch: PodWatch, feeder: Feeder, number: int, *,
                 aimed: bool, rng: random.Random, election: bool, unplanned: list[str], log: Log) -> Kill:
     leader = _leader(pairs, unplanned, log)
+    if election:  # the extender Lease's holder before the kill must be the leading pair's extender
+        wait_for(leader.extender_leads, timeout=60, interval=0.05, what=f"extender {leader.label} leading")
     scheduler_before = (lease(cp, *SCHEDULER_LEASE) or LeaseState("", 0, 0)).holder
     extender_before = (lease(cp, ns, EXTENDER_LEASE) or LeaseState("", 0, 0)).holder if election else ""
     if aimed:
@@ -235,6 +238,24 @@ def _overcommits(watch: PodWatch, node_cpu: float) -> list[str]:
     return found
 
 
+def _partial_excess(first: float, last: float, kills: Sequence[Kill]) -> dict[str, float] | None:
+    """A gang partly bound from ``first`` to ``last``: each stretch of it must end within 5 s, or within
+    takeover + 5 s when a kill began it (a kill up to 1 s before ``first`` counts: a Binding sent just
+    before it may land after). The worst stretch over its allowance, or None."""
+    starts = [(first, PARTIAL_GRACE)]
+    for kill in sorted(kills, key=lambda k: k.at_mono):
+        if first - 1.0 <= kill.at_mono <= last:
+            at = max(kill.at_mono, first)
+            starts = [s for s in starts if s[0] < at] + [(at, kill.takeover() + PARTIAL_GRACE)]
+    worst = None
+    for i, (start, allowance) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else last
+        if end - start > allowance and (worst is None or end - start - allowance > worst["excess"]):
+            worst = {"seconds": round(end - start, 2), "allowed": round(allowance, 2),
+                     "excess": round(end - start - allowance, 2), "partial_seconds": round(last - first, 2)}
+    return worst
+
+
 def _stats(values: list[float | None]) -> dict[str, Any]:
     seen = [v for v in values if v is not None]
     return {"p50": round(statistics.median(seen), 2) if seen else None, "max": max(seen, default=None),
@@ -254,12 +275,10 @@ def _figures(cp: ControlPlane, ns: str, watch: PodWatch, feeder: Feeder, kills: 
     partial = []
     for gang, size in feeder.sizes().items():
         seen = [bindings[f"{gang}-{i}"].seen for i in range(size) if f"{gang}-{i}" in bindings]
-        if not seen:
-            continue
-        first, last = min(seen), max(seen) if len(seen) == size else ended
-        budget = PARTIAL_GRACE + sum(k.takeover() for k in kills if first - 1.0 <= k.at_mono <= last)
-        if last - first > budget:
-            partial.append({"gang": gang, "seconds": round(last - first, 2), "budget": round(budget, 2)})
+        if seen:
+            over = _partial_excess(min(seen), max(seen) if len(seen) == size else ended, kills)
+            if over is not None:
+                partial.append({"gang": gang, **over})
     live = feeder.live()
     unbound = [m for name, size in live.items() for m in _members(name, size, feeder.plain) if m not in bindings]
     return {

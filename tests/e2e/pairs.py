@@ -16,10 +16,13 @@ Must not: decide what is correct (tests/e2e/ha.py and its callers do).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -102,6 +105,17 @@ class Pair:
             if not self._leading:  # the next scan starts near the end (a match may straddle it)
                 self._log_from += max(0, len(text) - len(ACQUIRED))
         return self._leading and self.alive()
+
+    def extender_leads(self) -> bool:
+        """What the extender's /readyz says of its leadership (``leader``; False when it does not answer)."""
+        try:
+            with urllib.request.urlopen(self.ext.url + "/readyz", timeout=2) as reply:
+                return bool(json.load(reply).get("leader"))
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return bool(json.load(exc).get("leader"))
+        except (OSError, ValueError):
+            return False
 
     def alive(self) -> bool:
         return self.cp.is_running(self.scheduler) and self.ext.proc is not None and self.ext.proc.poll() is None
