@@ -582,6 +582,47 @@ def test_second_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_
     _assert_writes_succeeded(ext)
 
 
+def test_ha_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path) -> None:
+    """manifests/ha's processes with their shipped credentials and flags: kube-scheduler as the
+    ServiceAccount gang-scheduler electing on the Lease gang-scheduler, the extender as gang-extender with
+    the sidecar's own args (leader election on the Lease its Role names). It takes its Lease once its
+    kube-scheduler calls it, binds a gang, and nothing is refused."""
+    cp = installed
+    cp.kubectl("apply", "-k", str(MANIFESTS / "ha"))
+    kubeconfig = cp.service_account_kubeconfig(NAMESPACE, SCHEDULER_SA)
+    extender = extender_kubeconfig(cp, "ha", tmp_path)
+    built = {d["kind"]: d for d in _built(cp.bin_dir, "ha")}
+    (sidecar,) = built["Deployment"]["spec"]["template"]["spec"]["initContainers"]
+    shipped = [a for a in sidecar["args"] if not a.startswith(("--host=", "--port=", "--threads="))]
+    ext = Extender(extender, tmp_path, log=print, args=shipped)
+    at = ext.args.index("--release-journal")  # what the test harness adds; the ha sidecar has none
+    del ext.args[at:at + 2]
+    ext.start()
+    config = yaml.safe_load(built["ConfigMap"]["data"]["config.yaml"])
+    config["clientConnection"] = {"kubeconfig": kubeconfig}
+    config["extenders"][0]["urlPrefix"] = ext.url
+    proc, port, log_path = _spawn_scheduler(cp, config, kubeconfig, tmp_path)
+    try:
+        wait_for(lambda: _probe(port, "/readyz"), timeout=WAIT, what="gang-scheduler /readyz")
+        cp.create_namespace("m-ha")
+        cp.add_nodes(2, prefix="m-ha-")
+        _gang_binds_whole(cp, "m-ha", "podgroup-job.yaml", "training-pg-")
+        lease = cp.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/gang-extender")
+        assert lease["spec"]["holderIdentity"], lease
+        assert _readyz(ext)["leader"] is True
+        assert "forbidden" not in log_path.read_text().lower(), tail(log_path)
+        _assert_writes_succeeded(ext)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        ext.stop()
+
+
 def test_default_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path,
                                                     extender_factory: list[Extender]) -> None:
     """kube-scheduler as itself (scheduler.conf's user), which manifests/default-scheduler leaves as it
