@@ -15,8 +15,8 @@ becomes the standby.
 Figures (a dict; ``problems`` says which break an invariant):
 
 - takeover per kill: kill → the new kube-scheduler's ``acquireTime``; kill → the new extender's Lease
-  ``acquireTime``; kill → the first bind the new leader's extender answered OK (its request recording:
-  arrival + latency). p50 and max of each;
+  ``acquireTime``; kill → the first pod the new leader bound (the first binding the pod watch saw from
+  0.5 s after the kill on). p50 and max of each;
 - double bindings: a pod answered OK for two different nodes (both extenders' recordings, every life);
   lost bindings: answered OK for a node the pod was never bound to;
 - over-commit: the pod watch replayed in the API server's order (bindings add a pod's cpu to its node,
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from controlplane import ControlPlane, wait_for
-from observe import PodWatch
+from observe import Binding, PodWatch
 from pairs import SCHEDULER_LEASE, Feeder, LeaseState, Log, Pair, lease, scheduler_election
 from support import bound, overcommitted_nodes
 
@@ -62,7 +62,7 @@ class Kill:
     cut: list[tuple[str, int, int]] = field(default_factory=list)  # (gang, bound, members) right after the kill
     scheduler_s: float | None = None   # kill -> the new kube-scheduler's acquireTime
     extender_s: float | None = None    # kill -> the new extender's acquireTime
-    first_bind_s: float | None = None  # kill -> the new leader's first bind answered OK
+    first_bind_s: float | None = None  # kill -> the first pod the new leader bound (pod watch)
 
     def takeover(self) -> float:
         if self.first_bind_s is not None:
@@ -109,7 +109,7 @@ def leader_kills(cp: ControlPlane, ns: str, workdir: Path, *, kills: int, seed: 
     finally:
         for pair in pairs:
             pair.stop()
-    _first_binds(done, pairs)
+    _first_binds(done, watch)
     figures = _figures(cp, ns, watch, feeder, done, pairs, float(node_cpu), ended)
     figures.update(unplanned_restarts=unplanned, seconds=round(ended - started, 1),
                    pair_starts={p.label: p.starts for p in pairs}, extender_election=election,
@@ -212,14 +212,15 @@ def recorded_binds(path: Path) -> list[tuple[float, str, str, str]]:
     return found
 
 
-def _first_binds(kills: list[Kill], pairs: Sequence[Pair]) -> None:
-    """Each kill's first bind answered OK by the other pair (the new leader) before the next kill."""
-    ok = {p.label: sorted(at for at, _, _, error in recorded_binds(p.record_path) if not error) for p in pairs}
+def _first_binds(kills: list[Kill], watch: PodWatch) -> None:
+    """Each kill's first binding by the new leader: the first the pod watch saw from 0.5 s after the kill
+    (earlier ones may be Bindings the killed extender sent just before it died; no one leads for
+    seconds after a kill) to the next kill."""
+    seen = sorted(b.seen for b in watch.ordered())
     for i, kill in enumerate(kills):
-        until = kills[i + 1].at_wall if i + 1 < len(kills) else float("inf")
-        survivor = next(p.label for p in pairs if p.label != kill.leader)
-        first = next((at for at in ok[survivor] if kill.at_wall < at < until), None)
-        kill.first_bind_s = None if first is None else round(first - kill.at_wall, 2)
+        until = kills[i + 1].at_mono if i + 1 < len(kills) else float("inf")
+        first = next((at for at in seen if kill.at_mono + 0.5 < at < until), None)
+        kill.first_bind_s = None if first is None else round(first - kill.at_mono, 2)
 
 
 def _overcommits(watch: PodWatch, node_cpu: float) -> list[str]:
@@ -256,6 +257,12 @@ def _partial_excess(first: float, last: float, kills: Sequence[Kill]) -> dict[st
     return worst
 
 
+def _whole_after(gang: str, size: int, kill: Kill, bindings: dict[str, Binding]) -> float | None:
+    """Seconds from the kill to the gang's last member bound (None: never whole)."""
+    seen = [bindings[f"{gang}-{i}"].seen for i in range(size) if f"{gang}-{i}" in bindings]
+    return round(max(seen) - kill.at_mono, 2) if len(seen) == size else None
+
+
 def _stats(values: list[float | None]) -> dict[str, Any]:
     seen = [v for v in values if v is not None]
     return {"p50": round(statistics.median(seen), 2) if seen else None, "max": max(seen, default=None),
@@ -283,7 +290,9 @@ def _figures(cp: ControlPlane, ns: str, watch: PodWatch, feeder: Feeder, kills: 
     unbound = [m for name, size in live.items() for m in _members(name, size, feeder.plain) if m not in bindings]
     return {
         "kills": len(kills), "aimed": sum(k.aimed for k in kills),
-        "releases_cut": [{"kill": k.number, "aimed": k.aimed, "cut": k.cut} for k in kills if k.cut],
+        "releases_cut": [{"kill": k.number, "aimed": k.aimed, "cut": k.cut,
+                          "whole_after_kill_s": {g: _whole_after(g, size, k, bindings) for g, _, size in k.cut}}
+                         for k in kills if k.cut],
         "takeover_scheduler_s": _stats([k.scheduler_s for k in kills]),
         "takeover_extender_s": _stats([k.extender_s for k in kills]),
         "takeover_first_bind_s": _stats([k.first_bind_s for k in kills]),
