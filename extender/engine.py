@@ -59,6 +59,14 @@ UNKNOWN_NODE = "node is not known to gang-extender (its node watch has not seen 
 """Verdict (never cached) for a requested name that is not a node of the mirror."""
 
 
+REPLY_MESSAGES = 2 * 2**20
+"""Characters of failure reasons in one reply, summed over its nodes: past it every reason is cut to an
+equal share (at least ``MIN_MESSAGE``). One reason repeated for every requested name would otherwise
+make a reply of hundreds of MB from a 4 MiB request."""
+
+MIN_MESSAGE = 80
+
+
 def _bounded(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "\u2026"
 
@@ -73,7 +81,8 @@ class Binder(Protocol):
     def bind(self, namespace: str, name: str, uid: str, node: str, timeout: float = 10.0) -> None:
         """Create the Binding; give up (BindError) after ``timeout`` seconds."""
 
-    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+    def read_pod(self, namespace: str, name: str, timeout: float = 10.0) -> Mapping[str, Any] | None:
+        """The pod from the API server (None: it does not exist); give up after ``timeout`` seconds."""
 
 
 class ReleaseNotRecordedError(Exception):
@@ -191,7 +200,7 @@ class Engine:
                 failed = {n: verdict_of[n] for n in names if verdict_of[n] != FIT}
         if key is not None:
             self.cache.put(key, entry)
-        return FilterResult(feasible, failed, {})
+        return FilterResult(feasible, _within_budget(failed) if failed else failed, {})
 
     @staticmethod
     def _all_fit(entry: NodeVerdicts, names: list[Any]) -> bool:
@@ -306,8 +315,11 @@ class Engine:
         arrival = self.clock() if arrival is None else arrival
         pod = self.mirror.pod(args.pod_namespace, args.pod_name)
         if pod is None:
+            time_left = arrival + self.ledger.hold_seconds - self.clock()
+            if time_left <= 0:
+                return f"pod {args.pod_namespace}/{args.pod_name} is not known yet and the request has no time left"
             try:
-                raw = self.binder.read_pod(args.pod_namespace, args.pod_name)
+                raw = self.binder.read_pod(args.pod_namespace, args.pod_name, time_left)
             except BindError as exc:
                 return f"cannot read pod {args.pod_namespace}/{args.pod_name}: {exc}"
             if raw is None:
@@ -334,7 +346,8 @@ class Engine:
         if decision.action is BindAction.REJECT:
             return decision.error
         if decision.action is BindAction.NOW:
-            error = self._bind_one(pod, args.node, arrival + self.ledger.hold_seconds)
+            error = (self._bind_one(pod, args.node, arrival + self.ledger.hold_seconds) if self.may_act() else
+                     "this gang-extender replica lost its leadership while answering; kube-scheduler retries")
             self.ledger.bound(pod, error)
             return error
         assert decision.hold is not None and gang is not None
@@ -391,10 +404,12 @@ class Engine:
 
     def resume_release(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> dict[str, str]:
         """Finish a release a crash interrupted: bind each listed member (namespace, name, uid, node)
-        that is still pending, is the same pod (uid) and still has room on its node. Returns
-        ``namespace/name`` -> "" (bound now) or why it was not bound."""
+        that is still pending, is the same pod (uid) and still has room on its node; a member that needs
+        volume or claim preparation is not bound here (kube-scheduler's attempt that prepared it is gone)
+        but passes the barrier at its next bind. Returns ``namespace/name`` -> "" (bound now) or why not."""
         outcomes: dict[str, str] = {}
         todo: list[tuple[PodRecord, str]] = []
+        later: list[PodRecord] = []
         for namespace, name, uid, node in pods:
             key = f"{namespace}/{name}"
             pod = self.mirror.pod_by_uid(uid)
@@ -402,6 +417,9 @@ class Engine:
                 outcomes[key] = "gone (deleted or re-created)"
             elif pod.node_name == node:
                 outcomes[key] = "already bound"
+            elif pod.needs_preparation and not pod.node_name:
+                later.append(pod)
+                outcomes[key] = "needs volume or claim preparation: passes the barrier at its next bind"
             else:
                 error = self.ledger.resume(pod, node)
                 if error:
@@ -414,6 +432,7 @@ class Engine:
             outcomes[f"{pod.namespace}/{pod.name}"] = error
         bound = [pod for (pod, _), error in zip(todo, errors, strict=True) if not error]
         self.ledger.resumed(gang, bound)
+        self.ledger.approve(gang, later)
         return outcomes
 
     def _release_in_background(self, gang: GangKey, holds: list[Hold]) -> None:
@@ -455,8 +474,16 @@ class _PodFacts:
         return placement_from_spec(spec if isinstance(spec, dict) else {})
 
 
+def _within_budget(failed: dict[str, str]) -> dict[str, str]:
+    """``failed`` with its reasons cut to a share of ``REPLY_MESSAGES`` when they add up to more."""
+    if len(failed) * MAX_MESSAGE <= REPLY_MESSAGES or sum(map(len, failed.values())) <= REPLY_MESSAGES:
+        return failed
+    share = max(REPLY_MESSAGES // len(failed), MIN_MESSAGE)
+    return {name: reason if len(reason) <= share else reason[:share - 1] + "\u2026" for name, reason in failed.items()}
+
+
 def _all_failed(names: list[Any], verdict: Verdict) -> FilterResult:
-    failed = dict.fromkeys(check_node_names(names), _bounded(verdict.message))
+    failed = _within_budget(dict.fromkeys(check_node_names(names), _bounded(verdict.message)))
     if verdict.code is Code.WAIT_UNRESOLVABLE:
         return FilterResult([], {}, failed)
     return FilterResult([], failed, {})

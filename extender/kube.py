@@ -110,8 +110,10 @@ class KubeClient:
         limit = (urllib3.Timeout(connect=timeout[0], read=timeout[1]) if isinstance(timeout, tuple)
                  else urllib3.Timeout(total=timeout))
         try:
+            # retries=False: urllib3 would otherwise resend a request (a Binding too) up to three times,
+            # each with a fresh timeout, so a call bounded by its caller's deadline could land long after it
             raw = self._pool.urlopen(method, url, body=None if body is None else orjson.dumps(body),
-                                     headers=headers, timeout=limit, preload_content=False)
+                                     headers=headers, timeout=limit, preload_content=False, retries=False)
         except (urllib3.exceptions.HTTPError, OSError, ValueError, TypeError) as exc:
             raise _failure(exc) from None
         if raw.status >= 300:
@@ -178,10 +180,11 @@ class KubeClient:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
         self.request("POST", path, body=body, timeout=timeout)
 
-    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def read_pod(self, namespace: str, name: str, timeout: float = 10.0) -> dict[str, Any] | None:
         try:
             pod: dict[str, Any] = self.request(
-                "GET", f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}")
+                "GET", f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}",
+                timeout=timeout)
         except KubeError as exc:
             if exc.status == 404:
                 return None

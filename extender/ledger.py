@@ -100,12 +100,16 @@ class GangLedger:
                  on_event: Callable[[list[PodRecord], str, str, str], None] | None = None,
                  on_wake: Callable[[list[PodRecord]], None] | None = None,
                  on_status: Callable[[GangKey, GangStatus], None] | None = None,
-                 max_held_binds: int | None = None, hold_seconds: float = 29.0) -> None:
+                 max_held_binds: int | None = None, hold_seconds: float = 29.0,
+                 max_release_members: int | None = None) -> None:
         self.mirror = mirror
         # The longest a bind may be held, counted from its request's arrival: kube-scheduler's
         # httpTimeout less a margin, so the answer (a release's Bindings included) reaches the caller
         # while it still waits. A gang's own timeout bounds its attempt, never one hold.
         self.hold_seconds = hold_seconds
+        # The most members one release may have (its intent must fit on the Lease with leader election);
+        # a gang needing more fails fast at admission instead of being admitted, held and never released.
+        self.max_release_members = max_release_members
         self.lock = mirror.lock
         self.timeout_seconds = timeout_seconds
         self.backoff_seconds = backoff_seconds
@@ -225,6 +229,11 @@ class GangLedger:
 
     def _barrier_room(self, gang: GangKey, needed: int) -> Verdict | None:
         """None when the gang's ``needed`` held binds fit the thread budget beside gangs in flight."""
+        most = self.max_release_members
+        if most is not None and needed > most:
+            return Verdict(Code.WAIT_UNRESOLVABLE,
+                           f"gang {gang} would release {needed} members at once but a release written on the "
+                           f"leader's Lease holds at most {most}: raise --release-intents-max-bytes")
         limit = self.max_held_binds
         if limit is None:
             return None
@@ -491,7 +500,19 @@ class GangLedger:
                 if state is not None:
                     state.holds.pop(hold.pod.uid, None)
                 hold.done.set()
-            if state is not None and not state.holds:
+            failed = [hold for hold, error in outcomes if error]
+            if state is not None and not state.holds and failed:
+                # A Binding cannot be undone: the members that failed keep their places reserved, so
+                # they come back to the same room (nothing else may take it) and complete the gang.
+                now = self.clock()
+                state.admitted_at = state.admitted_at if state.admitted_at is not None else now
+                state.deadline = now + self.timeout_for(state.policy)
+                state.slots = [*state.slots, *((h.node, dict(h.pod.requests)) for h in failed)]
+                state.held_ever = set()
+                self.mirror.set_reservation(gang, rules.Plan(tuple(state.slots), ()).per_node())
+                state.last_message = (f"quorum released but {len(failed)} Binding(s) failed: their places stay "
+                                      "reserved until kube-scheduler retries them")
+            elif state is not None and not state.holds:
                 self._reset(state)
                 state.timeouts = 0
                 state.completed += 1

@@ -56,6 +56,9 @@ class _StateCollector:
         for name, value in rt.ledger.counters.items():
             yield CounterMetricFamily(f"gang_extender_gangs_{name}", f"Gangs {name.replace('_', ' ')}",
                                       value=value)
+        if rt.leadership is not None:
+            yield GaugeMetricFamily("gang_extender_leader", "1 while this replica leads (--leader-election on)",
+                                    value=1 if rt.leadership.is_leader() else 0)
         yield GaugeMetricFamily("gang_extender_held_bind_demand",
                                 "Binds admitted gangs may hold at once (held now + reserved members to come)",
                                 value=rt.ledger.held_demand())

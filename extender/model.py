@@ -90,6 +90,7 @@ class PodRecord:
     terminal: bool = False    # Succeeded/Failed or being deleted: holds no capacity, not a member
     scheduler_name: str = "default-scheduler"
     spec: dict[str, object] | None = None  # placement fields: kept for gang members and unbound pods
+    needs_preparation: bool = False  # PVC or ephemeral volumes, or resource claims: kube-scheduler prepares them
 
     @property
     def key(self) -> tuple[str, str]:

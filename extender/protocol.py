@@ -15,6 +15,9 @@ from typing import Any
 
 MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
 MAX_NODE_NAME = 253  # a Node's name is a DNS subdomain (RFC 1123): at most 253 characters
+MAX_NODES_PER_REQUEST = 15_000
+"""Three times Kubernetes' largest supported cluster (5,000 nodes). The reply names every requested node
+with a reason, so the count, not only the body size, bounds a reply's memory."""
 
 
 class ProtocolError(ValueError):
@@ -159,6 +162,8 @@ def parse_filter_args(body: object, full_nodes: bool = True) -> FilterArgs:
                                     f"{MAX_NODE_NAME} characters")
             names.append(name)
         nodes = items
+    if len(names) > MAX_NODES_PER_REQUEST:
+        raise ProtocolError(f"{len(names)} nodes in one request; at most {MAX_NODES_PER_REQUEST} are accepted")
     return FilterArgs(pod=pod, node_names=names, nodes=nodes)
 
 

@@ -111,7 +111,18 @@ def pod_record(obj: Mapping[str, Any]) -> PodRecord:
         terminal=phase in ("Succeeded", "Failed") or bool(metadata.get("deletionTimestamp")),
         scheduler_name=sys.intern(str(spec.get("schedulerName") or "default-scheduler")),
         spec=placement,
+        needs_preparation=_needs_preparation(spec),
     )
+
+
+def _needs_preparation(spec: Mapping[str, Any]) -> bool:
+    """Whether kube-scheduler prepares something for the pod before binding it (PreBind: volumes bound
+    to claims, DRA resource claims): only kube-scheduler's own bind attempt may then lead to a Binding."""
+    volumes = spec.get("volumes")
+    if isinstance(volumes, list) and any(isinstance(v, dict) and ("persistentVolumeClaim" in v or "ephemeral" in v)
+                                         for v in volumes):
+        return True
+    return bool(spec.get("resourceClaims"))
 
 
 def node_record(obj: Mapping[str, Any]) -> NodeRecord:

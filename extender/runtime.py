@@ -39,6 +39,10 @@ from extender.watching import Reflector, watch_or_gone
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_SECONDS = 1.0
+API_PROBE_SECONDS = 2.0
+INTENT_BYTES_PER_MEMBER = 160
+"""A release intent's bytes per member, with room to spare (namespace, name, uid, node and JSON: ~100
+for typical names): 128 KiB hold the release of 819 members, the 240 KiB maximum 1,536."""
 
 NOT_SYNCED = ("gang-extender is starting: its first list of nodes, pods and group objects is not complete; "
               "kube-scheduler will retry")
@@ -109,9 +113,9 @@ class KubeBinder:
         except KubeError as exc:
             raise BindError(str(exc)) from None
 
-    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    def read_pod(self, namespace: str, name: str, timeout: float = 10.0) -> Mapping[str, Any] | None:
         try:
-            return self.kube.read_pod(namespace, name)
+            return self.kube.read_pod(namespace, name, timeout)
         except KubeError as exc:
             raise BindError(str(exc)) from None
 
@@ -135,6 +139,7 @@ class Runtime:
     journal: ReleaseJournal | None = None
     resumed: bool = False  # releases a crash interrupted are finished (True at once without a journal)
     leadership: Leadership | None = None  # several replicas: only the leader acts (--leader-election on)
+    api_failing_since: float | None = None  # monotonic: the API server stopped answering the probe
     _starter: Callable[[], None] | None = None
     _synced_once: bool = False
 
@@ -164,6 +169,10 @@ class Runtime:
         ``watch_stale_seconds``; "" otherwise (a shorter outage is ridden out: the watch relists)."""
         now = time.monotonic() if now is None else now
         limit = self.settings.watch_stale_seconds
+        since = self.api_failing_since
+        if since is not None and now - since > limit:  # a silent watch (no RST) raises nothing for minutes
+            return (f"the API server has not answered gang-extender for {now - since:.0f}s: its view of the "
+                    "cluster may be stale; kube-scheduler will retry")
         for reflector in self.core_reflectors:
             failing = reflector.failing_for(now)
             if failing > limit:
@@ -171,6 +180,20 @@ class Runtime:
                         f"({reflector.last_error or 'no detail'}): its view of the cluster may be stale; "
                         "kube-scheduler will retry")
         return ""
+
+    def probe_api(self, probe: Callable[[], None], interval: float = API_PROBE_SECONDS) -> None:
+        """Ask the API server something cheap every ``interval`` (its own thread): a watch whose
+        connection goes silent (a black-holed API server) fails only at its read timeout, minutes later,
+        while this notices within ``interval`` + the probe's own timeout."""
+        while not self.stop_event.wait(interval):
+            try:
+                probe()
+            except Exception as exc:
+                if self.api_failing_since is None:
+                    self.api_failing_since = time.monotonic()
+                    log.warning("the API server does not answer: %s", exc)
+            else:
+                self.api_failing_since = None
 
     def answer_held_if_stale(self, now: float | None = None) -> int:
         """While the view of the cluster is stale, answer every held bind with a retry (no release is
@@ -361,7 +384,9 @@ def _core(settings: Settings, binder_for: Callable[[ClusterMirror], Binder],
     ledger = GangLedger(mirror, timeout_seconds=settings.gang_timeout_seconds,
                         backoff_seconds=settings.gang_backoff_seconds, on_event=on_event, on_wake=waker.wake,
                         on_status=on_status, max_held_binds=held_bind_budget(settings.threads),
-                        hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds)
+                        hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds,
+                        max_release_members=(settings.release_intents_max_bytes // INTENT_BYTES_PER_MEMBER
+                                             if settings.leader_election == "on" else None))
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
                     release_log=journal, scheduler_names=config.scheduler_names(settings),
                     answer_margin=settings.bind_answer_margin_seconds, may_act=may_act)
@@ -478,6 +503,8 @@ def from_api(settings: Settings) -> Runtime:
         for r in runtime.core_reflectors:
             r.start()
         runtime.discovered = True
+        threading.Thread(target=runtime.probe_api, name="api-probe", daemon=True,
+                         args=(lambda: kube.request("GET", "/version", timeout=API_PROBE_SECONDS),)).start()
         if leadership is not None and elector is not None:
             elector.start()
             threading.Thread(target=leadership.resume_when_listed, name="leader-resume", daemon=True,

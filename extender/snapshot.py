@@ -86,5 +86,5 @@ class SnapshotBinder:
             raise BindError(f"node {node} is not in the snapshot")
         self.mirror.bind_locally(pod.uid, node)
 
-    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    def read_pod(self, namespace: str, name: str, timeout: float = 10.0) -> Mapping[str, Any] | None:
         return None

@@ -63,7 +63,9 @@ def start_server(workdir: Path, port: int) -> subprocess.Popen[bytes]:
     out = (workdir / "server.log").open("wb")
     proc = subprocess.Popen(
         [str(BIN / "gang-extender"), "serve", "--cluster-snapshot", str(snapshot), "--port", str(port),
-         "--gang-timeout-seconds", "0.2", "--gang-backoff-seconds", "0", "--log-level", "DEBUG"],
+         "--gang-timeout-seconds", "0.2", "--gang-backoff-seconds", "0", "--log-level", "DEBUG",
+         # the full Nodes form is fuzzed too (off by default), with the caps tests/http/test_fuzz.py uses
+         "--max-full-nodes-body-bytes", str(64 * 2**20), "--request-buffer-bytes", str(64 * 2**20)],
         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def ready() -> bool:

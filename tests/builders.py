@@ -177,7 +177,7 @@ class FakeBinder:
         if self.mirror is not None:
             self.mirror.bind_locally(uid, node)
 
-    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+    def read_pod(self, namespace: str, name: str, timeout: float = 10.0) -> Mapping[str, Any] | None:
         self.reads.append((namespace, name))
         return self.pods.get((namespace, name))
 

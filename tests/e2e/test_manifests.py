@@ -139,7 +139,8 @@ def test_every_manifest_is_accounted_for() -> None:
 
 
 def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
-    """One extender entry everywhere; httpTimeout above every shipped --gang-timeout-seconds."""
+    """One extender entry everywhere; every shipped extender knows kube-scheduler's httpTimeout (its held
+    binds are answered before it), and every scheduler's pod back-off is shorter than a hold."""
     reference = _extenders(_docs(MANIFESTS / "scheduler-config.yaml")[0])
     assert len(reference) == 1 and reference[0]["bindVerb"] == "bind" and reference[0]["ignorable"] is False
     for path in INVENTORY["scheduler_configs"]:
@@ -147,7 +148,10 @@ def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
         assert config["kind"] == "KubeSchedulerConfiguration"
         assert [_without_tls(e) for e in _extenders(config)] == reference, \
             f"{path}: extenders differ from manifests/scheduler-config.yaml"
+        hold = _seconds(reference[0]["httpTimeout"]) - Settings().bind_answer_margin_seconds
+        assert config.get("podMaxBackoffSeconds", 10) < hold, f"{path}: recycled members would miss their siblings"
     http_timeout = _seconds(reference[0]["httpTimeout"])
+    assert Settings().scheduler_http_timeout_seconds == http_timeout
 
     second = {d["kind"]: d for d in _built(k8s_bin_dir, "second-scheduler")}
     pod = second["Deployment"]["spec"]["template"]["spec"]
@@ -156,8 +160,8 @@ def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
     static_pod = _docs(MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml")[0]["spec"]["containers"][0]
     static_volumes = _docs(MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml")[0]["spec"]["volumes"]
     for container, volumes in ((sidecar, pod["volumes"]), (static_pod, static_volumes)):
-        timeout = float(_flag(container["args"], "gang-timeout-seconds") or Settings().gang_timeout_seconds)
-        assert timeout < http_timeout, container["name"]
+        assert float(_flag(container["args"], "scheduler-http-timeout-seconds")
+                     or Settings().scheduler_http_timeout_seconds) == http_timeout, container["name"]
         assert _flag(container["args"], "host") == "127.0.0.1"
         assert reference[0]["urlPrefix"] == f"http://127.0.0.1:{_flag(container['args'], 'port')}"
         # The release journal must outlive the container (a crash restarts the container, not the pod):

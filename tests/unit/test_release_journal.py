@@ -154,3 +154,19 @@ def test_resume_reports_a_refused_binding_and_forgets_the_assumption(h: Harness)
     assert outcomes["default/a-1"].startswith("binding pod default/a-1 to n1 failed")
     assert h.mirror.placement(gang[1]["metadata"]["uid"]) == ""
     assert h.ledger.counters["bind_errors"] == 1
+
+
+def test_resume_leaves_a_member_needing_preparation_to_kube_scheduler(h: Harness) -> None:
+    """A member with a PVC (or DRA claim) is not bound from the journal: kube-scheduler's attempt that
+    prepared its volume is gone; it passes the barrier at its next bind instead."""
+    h.add(node("n0"), node("n1"))
+    gang = members(2)
+    with_claim = {**gang[1], "spec": {**gang[1]["spec"], "volumes": [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data-a-1"}}]}}
+    h.add(coscheduling_podgroup("a", 2), gang[0], with_claim)
+    outcomes = h.engine.resume_release("default/a", [entry(gang[0], "n0"), entry(with_claim, "n1")])
+    assert outcomes == {"default/a-0": "",
+                        "default/a-1": "needs volume or claim preparation: passes the barrier at its next bind"}
+    assert [call[1] for call in h.binder.calls] == ["a-0"]
+    assert h.engine.bind(bind_args(with_claim, "n1")) == ""  # not held: the rest of its gang is bound
+    assert [call[1] for call in h.binder.calls] == ["a-0", "a-1"]

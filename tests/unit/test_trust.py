@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 
 from extender.config import Settings
+from extender.engine import REPLY_MESSAGES
 from extender.ledger import BindAction
+from extender.protocol import MAX_NODES_PER_REQUEST, ProtocolError, parse_filter_args
 from extender.runtime import from_snapshot
 from extender.signature import signature
 from extender.watching import Reflector
@@ -265,3 +267,75 @@ def test_a_core_watch_failing_too_long_stops_the_verbs_and_answers_held_binds(tm
     finally:
         stop.set()
         runtime.close()
+
+
+# ------------------------------------------------------------------- 4. bounded replies
+def test_a_reply_stays_small_whatever_the_request_repeats(h: Harness) -> None:
+    """One reason repeated for every requested name made a ~600 MB reply from a 4 MiB request."""
+    forged = pod("forged", annotations={"gang-extender.io/group": "g", "gang-extender.io/min-count": "x" * 2000})
+    names = [f"n{i}" for i in range(MAX_NODES_PER_REQUEST)]
+    result = h.engine.filter(filter_args(forged, names))
+    reasons = {**result.failed, **result.failed_unresolvable}
+    assert len(reasons) == len(names) and sum(map(len, reasons.values())) <= REPLY_MESSAGES
+    assert all(reason.startswith("invalid gang") for reason in reasons.values())
+    body = {"Pod": forged, "NodeNames": [*names, "one-more"]}
+    with pytest.raises(ProtocolError, match=f"at most {MAX_NODES_PER_REQUEST}"):
+        parse_filter_args(body)
+
+
+def test_a_member_whose_binding_failed_keeps_its_place(h: Harness) -> None:
+    """A Binding cannot be undone: after a partial release the failed member's room stays reserved, so
+    nothing else takes it and the gang completes when kube-scheduler retries the member."""
+    a = gang(h)
+    h.binder.fail["a-2"] = "etcd timeout"
+    binds = Binds(h)
+    for member, target in zip(a, NODES4, strict=True):
+        binds.start(member, target)
+    answers = binds.join()
+    placed = [m["metadata"]["name"] for m in a if h.mirror.placement(m["metadata"]["uid"])]
+    assert answers["a-2"].endswith("failed: etcd timeout") and placed == ["a-0", "a-1", "a-3"]
+    key_ = h.mirror.pod("default", "a-0").gang  # type: ignore[union-attr]
+    assert h.mirror.reservation(key_) == {"n3": {"cpu": 3000, "memory": 2**30, "pods": 1}}  # type: ignore[arg-type]
+    intruder = pod("intruder", cpu="2")
+    h.add(intruder)
+    assert "n3" not in h.engine.filter(filter_args(intruder, NODES4)).feasible
+    del h.binder.fail["a-2"]
+    assert h.engine.filter(filter_args(a[2], NODES4)).feasible == ["n3"]  # steered back to its place
+    assert h.engine.bind(bind_args(a[2], "n3")) == "" and h.mirror.placement(a[2]["metadata"]["uid"]) == "n3"
+
+
+def test_a_silent_api_server_is_noticed_by_the_probe(tmp_path: Path) -> None:
+    """A black-holed API server leaves a watch connection open and silent for minutes: no watch error,
+    so a cheap probe is what turns the verbs to Error."""
+    snapshot = tmp_path / "s.json"
+    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [node("n1")]}))
+    runtime = from_snapshot(Settings(cluster_snapshot=str(snapshot), watch_stale_seconds=10))
+    answers = iter([None, TimeoutError("read timed out")] + [TimeoutError("read timed out")] * 1000)
+
+    def probe() -> None:
+        failure = next(answers)
+        if failure is not None:
+            raise failure
+
+    thread = threading.Thread(target=runtime.probe_api, args=(probe, 0.01), daemon=True)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 5
+        while runtime.api_failing_since is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        since = runtime.api_failing_since
+        assert runtime.stale_problem(since + 9) == ""
+        assert runtime.stale_problem(since + 11).startswith("the API server has not answered gang-extender for 11s")
+    finally:
+        runtime.close()
+        thread.join(5)
+
+
+def test_a_gang_too_large_for_a_release_intent_fails_fast(h: Harness) -> None:
+    h.ledger.max_release_members = 3  # --leader-election on: a release must fit on the Lease
+    members = [pod(f"a-{i}", cpu="3", pod_group="a") for i in range(4)]
+    h.add(coscheduling_podgroup("a", 4), *members)
+    result = h.engine.filter(filter_args(members[0], NODES4))
+    assert result.feasible == [] and set(result.failed_unresolvable) == set(NODES4)
+    assert "holds at most 3: raise --release-intents-max-bytes" in result.failed_unresolvable["n1"]
