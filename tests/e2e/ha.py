@@ -44,7 +44,7 @@ from typing import Any
 from controlplane import ControlPlane, wait_for
 from observe import Binding, PodWatch
 from pairs import SCHEDULER_LEASE, Feeder, LeaseState, Log, Pair, lease, scheduler_election
-from support import bound, overcommitted_nodes
+from support import overcommitted_nodes, pods
 
 from extender.quantity import to_units
 
@@ -178,11 +178,11 @@ def _kill_round(cp: ControlPlane, ns: str, pairs: Sequence[Pair], watch: PodWatc
         time.sleep(rng.uniform(0.2, 3.0))
     kill = Kill(number + 1, aimed, leader.label, time.time(), time.monotonic())
     leader.kill()
-    now_bound = bound(cp, ns)
-    for gang, size in feeder.sizes().items():
-        placed = sum(1 for i in range(size) if f"{gang}-{i}" in now_bound)
-        if 0 < placed < size:
-            kill.cut.append((gang, placed, size))
+    now = {p["metadata"]["name"]: bool(p["spec"].get("nodeName")) for p in pods(cp, ns)}
+    for gang, size in feeder.sizes().items():  # some members bound, another one not (a gang being deleted:
+        members = [now[m] for i in range(size) if (m := f"{gang}-{i}") in now]  # its rest is all bound)
+        if any(members) and not all(members):
+            kill.cut.append((gang, sum(members), size))
     taken = _changed(cp, *SCHEDULER_LEASE, scheduler_before, timeout=30)
     kill.scheduler_s = None if taken is None else round(taken.acquired - kill.at_wall, 2)
     if election:
