@@ -164,6 +164,10 @@ def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
                      or Settings().scheduler_http_timeout_seconds) == http_timeout, container["name"]
         assert _flag(container["args"], "host") == "127.0.0.1"
         assert reference[0]["urlPrefix"] == f"http://127.0.0.1:{_flag(container['args'], 'port')}"
+        if container is static_pod:  # one per control-plane node: only the called one leads, releases on its Lease
+            assert _flag(container["args"], "leader-election") == "on"
+            assert _flag(container["args"], "release-journal") is None
+            continue
         # The release journal must outlive the container (a crash restarts the container, not the pod):
         # it sits on an emptyDir volume, the root filesystem being read-only.
         journal = _flag(container["args"], "release-journal")
@@ -640,7 +644,13 @@ def test_default_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp
 
     extender = extender_kubeconfig(cp, "default-scheduler", tmp_path)
     assert whoami(cp, extender) == EXTENDER_USER
-    ext = _start_extender(extender_factory, extender, tmp_path)
+    static_pod = _docs(MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml")[0]["spec"]["containers"][0]
+    shipped = [a for a in static_pod["args"] if not a.startswith(("--host=", "--port=", "--threads=", "--kubeconfig="))]
+    ext = Extender(extender, tmp_path, log=print, args=shipped)  # the static pod's own flags (leader election)
+    at = ext.args.index("--release-journal")  # what the test harness adds; leader election excludes it
+    del ext.args[at:at + 2]
+    extender_factory.append(ext)
+    ext.start()
     _assert_all_watches_synced(ext)
     (config,) = _docs(MANIFESTS / "default-scheduler" / "kube-scheduler-config.yaml")
     config["extenders"][0]["urlPrefix"] = ext.url
