@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test test-fast lint typecheck layers k8s bench fuzz faults stress clean
+.PHONY: help demo test test-fast lint typecheck layers k8s bench fuzz faults ha stress clean
 
 help:
 	@echo "make demo       run the extender against a local Kubernetes control plane with a sample gang"
@@ -13,6 +13,7 @@ help:
 	@echo "make bench      filter latency benchmark (results: docs/performance.md)"
 	@echo "make fuzz       hostile input: 10,000 bodies per verb against a live server (docs/reliability.md)"
 	@echo "make faults     kill -9, kube-apiserver restarts, refused bindings on a real control plane"
+	@echo "make ha         kill -9 the leading kube-scheduler + extender pair 24 times (docs/reliability.md)"
 	@echo "make stress     10x filter rate for 60 s, 600-member bind barrier (docs/reliability.md)"
 	@echo "make k8s        build the pinned Kubernetes binaries (v1.35.4, v1.37.2) into ~/.cache/gang-extender"
 
@@ -57,6 +58,9 @@ fuzz: $(FUZZ_STAMP)
 
 faults: $(STAMP) k8s
 	$(BIN)/python hack/faults.py
+
+ha: $(STAMP) k8s
+	$(BIN)/python hack/ha.py --kills $${HA_KILLS:-24}
 
 stress: $(STAMP)
 	$(BIN)/python hack/stress.py

@@ -971,6 +971,10 @@ class ControlPlane:
         """Stop kube-scheduler (or the scheduler started as ``name``) if it runs (SIGTERM, then SIGKILL)."""
         self._terminate(name)
 
+    def kill_scheduler(self, name: str = "kube-scheduler") -> None:
+        """SIGKILL kube-scheduler (or the scheduler started as ``name``), as a crash would, and reap it."""
+        self._terminate(name, grace=0.0, sig=signal.SIGKILL)
+
     def is_running(self, component: str) -> bool:
         comp = self._components.get(component)
         return comp is not None and comp.running

@@ -39,6 +39,7 @@ class Leadership:
         self.intents: ReleaseIntents | None = None
         self._called_at = float("-inf")
         self._resume = threading.Event()
+        self._resuming: dict[int, frozenset[str]] = {}  # open release id -> uids let through, not yet bound
 
     def attach(self, elector: LeaderElector, intents: ReleaseIntents) -> None:
         self.elector, self.intents = elector, intents
@@ -63,19 +64,34 @@ class Leadership:
 
     def resume_when_listed(self, listed: Callable[[], bool], stop: threading.Event) -> None:
         """Run on a thread of its own: each time leadership is gained, once nodes and pods are listed,
-        let the unbound members of the releases left open pass the barrier at their next bind and close
-        those releases."""
+        let the unbound members of the releases left open pass the barrier at their next bind; a release
+        is closed once each of those members is bound or gone (until then a next leader would find it
+        and do the same)."""
         while not stop.is_set():
-            if not self._resume.wait(0.5):
-                continue
-            while not listed() and not stop.wait(0.2):
-                pass
-            self._resume.clear()
-            if self.intents is None or not self.is_leader():
-                continue
-            for release in self.intents.unfinished:
-                with self.mirror.lock:
-                    pods = [pod for member in release.pods
-                            if (pod := self.mirror.pod_by_uid(member.uid)) is not None and not pod.node_name]
-                self.ledger.approve(release.gang, pods)
-                self.intents.closed(release.id)
+            if self._resume.wait(0.5):
+                while not listed() and not stop.wait(0.2):
+                    pass
+                self._resume.clear()
+                self._let_through()
+            self._close_finished()
+
+    def _let_through(self) -> None:
+        if self.intents is None or not self.is_leader():
+            return
+        for release in self.intents.unfinished:
+            with self.mirror.lock:
+                pods = [pod for member in release.pods
+                        if (pod := self.mirror.pod_by_uid(member.uid)) is not None and not pod.node_name]
+            self.ledger.approve(release.gang, pods)
+            self._resuming[release.id] = frozenset(pod.uid for pod in pods)
+
+    def _close_finished(self) -> None:
+        if self.intents is None or not self._resuming or not self.is_leader():
+            return
+        for release_id, uids in list(self._resuming.items()):
+            with self.mirror.lock:
+                waiting = [uid for uid in uids
+                           if (pod := self.mirror.pod_by_uid(uid)) is not None and not pod.node_name]
+            if not waiting:
+                del self._resuming[release_id]
+                self.intents.closed(release_id)

@@ -26,7 +26,7 @@ EXTENDER_SA = "gang-extender"
 EXTENDER_USER = f"system:serviceaccount:{NAMESPACE}:{EXTENDER_SA}"
 TOKEN_SECRET = "gang-extender-token"
 IN_CLUSTER = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients read their token
-TOPOLOGIES = ("second-scheduler", "second-scheduler-tls", "default-scheduler")
+TOPOLOGIES = ("second-scheduler", "second-scheduler-tls", "ha", "default-scheduler")
 STATIC_POD = MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml"
 KUBECONFIG_SCRIPT = MANIFESTS / "default-scheduler" / "extender-kubeconfig.sh"
 

@@ -55,8 +55,10 @@ EXTENDER_GRANTS = {
     "podgroups.scheduling.k8s.io/status": {"patch"},
     "podgroups.scheduling.x-k8s.io/status": {"patch"},
 }
-# Leader election and release intents: Leases, in the namespace gang-scheduler only.
-NAMESPACED_GRANTS = {NAMESPACE: {"leases.coordination.k8s.io": {"get", "create", "update"}}}
+# Leader election and release intents: Leases, in the namespace gang-scheduler only; get and update of
+# the extender's own Lease only (`kubectl auth can-i --list` shows such a rule as "resource[name]").
+NAMESPACED_GRANTS = {NAMESPACE: {"leases.coordination.k8s.io": {"create"},
+                                 "leases.coordination.k8s.io[gang-extender]": {"get", "update"}}}
 # (verb, resource, extra kubectl args): must all be refused to the extender's ServiceAccount.
 EXTENDER_DENIED = [
     ("delete", "pods", []), ("create", "pods", []), ("update", "pods", []),
@@ -71,6 +73,8 @@ EXTENDER_DENIED = [
     ("create", "podgroups.scheduling.k8s.io", []), ("delete", "podgroups.scheduling.x-k8s.io", []),
     ("update", "leases.coordination.k8s.io", []), ("delete", "leases.coordination.k8s.io", ["-n", NAMESPACE]),
     ("list", "leases.coordination.k8s.io", ["-n", NAMESPACE]), ("create", "leases.coordination.k8s.io", []),
+    ("get", "leases.coordination.k8s.io/gang-scheduler", ["-n", NAMESPACE]),
+    ("update", "leases.coordination.k8s.io/other", ["-n", NAMESPACE]),
     ("create", "serviceaccounts", ["--subresource=token"]), ("get", "secrets", ["-n", NAMESPACE]),
     ("create", "pods", ["--subresource=eviction"]), ("update", "pods", ["--subresource=ephemeralcontainers"]),
     ("escalate", "clusterroles", []), ("impersonate", "serviceaccounts", []),
@@ -143,8 +147,9 @@ def _can_i_list(cp: ControlPlane, kubeconfig: str, namespace: str) -> dict[str, 
         if not row.strip():
             continue
         resource, url, names, verbs = (row[a:b].strip() for a, b in zip(columns, [*columns[1:], None], strict=True))
-        assert names == "[]", f"unexpected resourceNames rule: {row}"
-        grants.setdefault(resource or url, set()).update(verbs.strip("[]").split())
+        for name in names.strip("[]").split() or [""]:
+            key = f"{resource or url}[{name}]" if name else resource or url
+            grants.setdefault(key, set()).update(verbs.strip("[]").split())
     return grants
 
 

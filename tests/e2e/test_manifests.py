@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import copy
@@ -38,6 +39,7 @@ from identities import EXTENDER_SA, EXTENDER_USER, MANIFESTS, NAMESPACE, extende
 from identities import built as _built
 from support import ROOT, Extender, Sampler, bound, events, scheduler_config
 
+from extender import config
 from extender.config import Settings
 
 pytestmark = pytest.mark.e2e
@@ -126,7 +128,7 @@ def test_every_manifest_is_accounted_for() -> None:
         "second-scheduler-tls/kube-scheduler-config.yaml", "second-scheduler/kube-scheduler-config.yaml"]
     assert [_rel(p) for p in inv["kind_configs"]] == ["kind/kind-config.yaml"]
     assert sorted(_rel(d) for d in inv["kustomize_dirs"]) == [
-        "crds", "default-scheduler", "examples", "rbac", "second-scheduler", "second-scheduler-tls"]
+        "crds", "default-scheduler", "examples", "ha", "rbac", "second-scheduler", "second-scheduler-tls"]
     # Every directory that holds API objects is a kustomization.
     for path in inv["kustomized"] + inv["loose_api_objects"]:
         assert (path.parent / "kustomization.yaml").is_file(), path
@@ -162,6 +164,10 @@ def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
                      or Settings().scheduler_http_timeout_seconds) == http_timeout, container["name"]
         assert _flag(container["args"], "host") == "127.0.0.1"
         assert reference[0]["urlPrefix"] == f"http://127.0.0.1:{_flag(container['args'], 'port')}"
+        if container is static_pod:  # one per control-plane node: only the called one leads, releases on its Lease
+            assert _flag(container["args"], "leader-election") == "on"
+            assert _flag(container["args"], "release-journal") is None
+            continue
         # The release journal must outlive the container (a crash restarts the container, not the pod):
         # it sits on an emptyDir volume, the root filesystem being read-only.
         journal = _flag(container["args"], "release-journal")
@@ -179,6 +185,60 @@ def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
     assert configured["profiles"] == [{"schedulerName": "gang-scheduler"}]
     assert configured["leaderElection"]["resourceName"] == "gang-scheduler"
     assert configured["leaderElection"]["resourceNamespace"] == NAMESPACE
+
+
+def _settings(args: list[str]) -> Settings:
+    """The extender's settings from a container's args, validated as ``gang-extender serve`` does."""
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    return config.load(vars(parser.parse_args(args)), environ={})
+
+
+def test_ha_overlay_runs_two_electing_replicas_spread_over_nodes(k8s_bin_dir: Path) -> None:
+    """manifests/ha: the second scheduler's pod twice, never two on one node, one replica replaced at a
+    time and kept through voluntary disruptions; both processes elect a leader, each on its own Lease,
+    and the extender's Lease is the one its Role lets it read and update."""
+    built = _built(k8s_bin_dir, "ha")
+    kinds = {d["kind"]: d for d in built}
+    deployment, pdb = kinds["Deployment"], kinds["PodDisruptionBudget"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    (spread,) = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert pdb["metadata"]["namespace"] == deployment["metadata"]["namespace"] == NAMESPACE
+    assert pdb["spec"]["minAvailable"] == 1 and pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+    pod = deployment["spec"]["template"]["spec"]
+    (sidecar,) = pod["initContainers"]
+    settings = _settings(sidecar["args"])
+    assert settings.leader_election == "on" and settings.release_journal is None, sidecar["args"]
+    assert settings.lease_namespace == NAMESPACE
+    scheduler_config_ = yaml.safe_load(kinds["ConfigMap"]["data"]["config.yaml"])
+    election = scheduler_config_["leaderElection"]
+    assert election["leaderElect"] is True and election["resourceNamespace"] == NAMESPACE
+    assert election["resourceName"] != settings.lease_name, "kube-scheduler and the extender share a Lease"
+    # Everything but replicas, strategy, affinity and the extender's flags is the single replica's.
+    base = {d["kind"]: d for d in _built(k8s_bin_dir, "second-scheduler")}
+    assert kinds["ConfigMap"] == base["ConfigMap"]
+    assert {k: v for k, v in kinds.items() if k not in ("Deployment", "PodDisruptionBudget")} == {
+        k: v for k, v in base.items() if k != "Deployment"}
+    base_pod = base["Deployment"]["spec"]["template"]["spec"]
+    assert {k: v for k, v in pod.items() if k not in ("affinity", "initContainers")} == {
+        k: v for k, v in base_pod.items() if k != "initContainers"}
+    (base_sidecar,) = base_pod["initContainers"]
+    assert {k: v for k, v in sidecar.items() if k != "args"} == {k: v for k, v in base_sidecar.items() if k != "args"}
+    assert [a for a in sidecar["args"] if not a.startswith("--lease")] == [
+        *(a for a in base_sidecar["args"] if not a.startswith("--release-journal")), "--leader-election=on"]
+    # The Role of manifests/rbac: get and update of exactly the extender's Lease, create (unnamed).
+    (role,) = [d for d in built if d["kind"] == "Role" and d["metadata"]["name"] == "gang-extender:leases"]
+    assert role["metadata"]["namespace"] == settings.lease_namespace
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [settings.lease_name],
+         "verbs": ["get", "update"]}]
 
 
 def test_tls_overlay_wires_the_secret_into_both_containers(k8s_bin_dir: Path) -> None:
@@ -277,7 +337,7 @@ def test_server_dry_run_loose_manifest(installed: ControlPlane, path: Path) -> N
     _assert_clean_dry_run(proc, _rel(path))
 
 
-@pytest.mark.parametrize("directory", ["second-scheduler", "second-scheduler-tls"])
+@pytest.mark.parametrize("directory", ["second-scheduler", "second-scheduler-tls", "ha"])
 def test_second_scheduler_pod_passes_restricted_pod_security(installed: ControlPlane, directory: str) -> None:
     """Dry-run warnings only hint at Pod Security for a Deployment; creating its Pod enforces it."""
     cp = installed
@@ -530,6 +590,47 @@ def test_second_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_
     _assert_writes_succeeded(ext)
 
 
+def test_ha_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path) -> None:
+    """manifests/ha's processes with their shipped credentials and flags: kube-scheduler as the
+    ServiceAccount gang-scheduler electing on the Lease gang-scheduler, the extender as gang-extender with
+    the sidecar's own args (leader election on the Lease its Role names). It takes its Lease once its
+    kube-scheduler calls it, binds a gang, and nothing is refused."""
+    cp = installed
+    cp.kubectl("apply", "-k", str(MANIFESTS / "ha"))
+    kubeconfig = cp.service_account_kubeconfig(NAMESPACE, SCHEDULER_SA)
+    extender = extender_kubeconfig(cp, "ha", tmp_path)
+    built = {d["kind"]: d for d in _built(cp.bin_dir, "ha")}
+    (sidecar,) = built["Deployment"]["spec"]["template"]["spec"]["initContainers"]
+    shipped = [a for a in sidecar["args"] if not a.startswith(("--host=", "--port=", "--threads="))]
+    ext = Extender(extender, tmp_path, log=print, args=shipped)
+    at = ext.args.index("--release-journal")  # what the test harness adds; the ha sidecar has none
+    del ext.args[at:at + 2]
+    ext.start()
+    config = yaml.safe_load(built["ConfigMap"]["data"]["config.yaml"])
+    config["clientConnection"] = {"kubeconfig": kubeconfig}
+    config["extenders"][0]["urlPrefix"] = ext.url
+    proc, port, log_path = _spawn_scheduler(cp, config, kubeconfig, tmp_path)
+    try:
+        wait_for(lambda: _probe(port, "/readyz"), timeout=WAIT, what="gang-scheduler /readyz")
+        cp.create_namespace("m-ha")
+        cp.add_nodes(2, prefix="m-ha-")
+        _gang_binds_whole(cp, "m-ha", "podgroup-job.yaml", "training-pg-")
+        lease = cp.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/gang-extender")
+        assert lease["spec"]["holderIdentity"], lease
+        assert _readyz(ext)["leader"] is True
+        assert "forbidden" not in log_path.read_text().lower(), tail(log_path)
+        _assert_writes_succeeded(ext)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        ext.stop()
+
+
 def test_default_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path,
                                                     extender_factory: list[Extender]) -> None:
     """kube-scheduler as itself (scheduler.conf's user), which manifests/default-scheduler leaves as it
@@ -543,7 +644,13 @@ def test_default_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp
 
     extender = extender_kubeconfig(cp, "default-scheduler", tmp_path)
     assert whoami(cp, extender) == EXTENDER_USER
-    ext = _start_extender(extender_factory, extender, tmp_path)
+    static_pod = _docs(MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml")[0]["spec"]["containers"][0]
+    shipped = [a for a in static_pod["args"] if not a.startswith(("--host=", "--port=", "--threads=", "--kubeconfig="))]
+    ext = Extender(extender, tmp_path, log=print, args=shipped)  # the static pod's own flags (leader election)
+    at = ext.args.index("--release-journal")  # what the test harness adds; leader election excludes it
+    del ext.args[at:at + 2]
+    extender_factory.append(ext)
+    ext.start()
     _assert_all_watches_synced(ext)
     (config,) = _docs(MANIFESTS / "default-scheduler" / "kube-scheduler-config.yaml")
     config["extenders"][0]["urlPrefix"] = ext.url

@@ -162,10 +162,9 @@ def test_a_leader_deposed_midway_stops_binding_and_the_next_lets_the_rest_throug
         stop = threading.Event()
         threading.Thread(target=b.leadership.resume_when_listed, args=(lambda: True, stop), daemon=True).start()
         deadline = time.monotonic() + 5
-        while b.intents.unfinished:
+        while not b.h.events.of("GangReleaseResumed"):
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        stop.set()
         rest = [m for m in members if m["metadata"]["name"] not in bound]
         answers: list[str] = []
         worker = threading.Thread(target=lambda: answers.extend(  # without the approval they would be held
@@ -174,7 +173,14 @@ def test_a_leader_deposed_midway_stops_binding_and_the_next_lets_the_rest_throug
         worker.join(5)
         assert answers == [""] * len(rest), "each passed the barrier at once"
         assert b.h.binder.bound_names == sorted(m["metadata"]["name"] for m in rest), "no barrier for them"
-        assert b.h.events.of("GangReleaseResumed")
+        assert [r.gang for r in b.intents.unfinished] == ["default/a"], "open until its members are bound"
+        for i, member in enumerate(rest):  # the pod watch reports them bound
+            b.h.add({**member, "spec": {**member["spec"], "nodeName": ["n2", "n3", "n4"][i]}})
+        deadline = time.monotonic() + 5
+        while b.intents.unfinished:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stop.set()
     finally:
         a.h.close(), b.h.close()
 
