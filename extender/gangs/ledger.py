@@ -139,6 +139,15 @@ class GangLedger:
         with self.lock:
             return self._gangs.get(gang)
 
+    def pending(self) -> bool:
+        """Whether some pod still waits on this extender's own work: a bind held, a gang admitted or
+        backing off, a rejected member or a pod blocked for capacity to wake up."""
+        with self.lock:
+            if self._blocked or any(self._rejected.values()):
+                return True
+            now = self.clock()
+            return any(s.holds or s.admitted_at is not None or s.backoff_until > now for s in self._gangs.values())
+
     def held_count(self) -> int:
         with self.lock:
             return sum(len(s.holds) for s in self._gangs.values())

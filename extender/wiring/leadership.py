@@ -24,6 +24,12 @@ from extender.kube.leader import LeaderElector
 
 log = logging.getLogger(__name__)
 
+PENDING_IDLE_SECONDS = 330.0
+"""How long a leader with pending work (gangs backing off, pods to wake) keeps the Lease without being
+called: kube-scheduler retries every pod it could not schedule at least every 5 minutes
+(podMaxInUnschedulablePodsDuration), so a live leading scheduler calls within that; releasing earlier
+would drop the wake-ups those pods wait for, and nothing would call again."""
+
 NOT_LEADER = ("this gang-extender replica is not the leader (it is competing for the Lease, or another replica "
               "holds it): kube-scheduler will retry")
 
@@ -50,9 +56,12 @@ class Leadership:
         self._called_at = self.clock()
 
     def eligible(self) -> bool:
-        """Whether to compete for (or keep) the Lease."""
+        """Whether to compete for (or keep) the Lease: called within the lease duration, holding binds
+        or an open release, or with pods waiting on this replica's work and called within the time
+        kube-scheduler takes at most to retry them."""
         busy = self.ledger.held_count() > 0 or (self.intents is not None and self.intents.open_count() > 0)
-        return busy or self.clock() - self._called_at < self.idle_seconds
+        idle = self.clock() - self._called_at
+        return busy or idle < self.idle_seconds or (idle < PENDING_IDLE_SECONDS and self.ledger.pending())
 
     def is_leader(self) -> bool:
         return self.elector is not None and self.elector.is_leader()

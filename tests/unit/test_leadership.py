@@ -16,7 +16,7 @@ import pytest
 from extender.config import Settings
 from extender.kube.intents import ReleaseIntents
 from extender.kube.leader import ElectionConfig, LeaderElector
-from extender.wiring.leadership import NOT_LEADER, Leadership
+from extender.wiring.leadership import NOT_LEADER, PENDING_IDLE_SECONDS, Leadership
 from extender.wiring.runtime import from_snapshot
 from tests.builders import Harness, bind_args, coscheduling_podgroup, filter_args, make_engine, node, pod
 from tests.lease_fake import Clock, FakeLeases
@@ -203,3 +203,26 @@ def test_the_verbs_answer_error_on_a_replica_that_does_not_lead(tmp_path: Path,
         assert runtime.readiness()[1]["mode"] == "snapshot"
     finally:
         runtime.close()
+
+
+def test_a_leader_with_pods_waiting_on_it_keeps_the_lease_while_idle(world: tuple[FakeLeases, Clock]) -> None:
+    """A gang backing off waits for this replica's wake-up; a leader that handed the Lease back after the
+    lease duration would drop it, and nothing would call again (found by the HA e2e)."""
+    server, clock = world
+    r = Replica(server, clock, "a")
+    try:
+        members = [pod(f"a-{i}", cpu="3", pod_group="a") for i in range(4)]
+        r.h.add(coscheduling_podgroup("a", 4), *members)
+        r.leadership.called()
+        r.elector.step()
+        r.h.engine.filter(filter_args(members[0], NODES4))  # admitted: waiting for its members
+        assert r.h.ledger.pending()
+        for _ in range(60):  # two minutes without a call
+            clock.now += 2
+            r.elector.step()
+            assert r.elector.is_leader()
+        clock.now += PENDING_IDLE_SECONDS
+        r.elector.step()
+        assert not r.elector.is_leader(), "not called for longer than kube-scheduler's retry bound: hand it back"
+    finally:
+        r.h.close()
