@@ -580,14 +580,19 @@ def test_second_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_
         assert "forbidden" not in log.lower(), tail(log_path)
         assert list((tmp_path / "cwd").iterdir()) == []  # nothing written: read-only root file system is fine
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        _stop_process(proc)
     _assert_writes_succeeded(ext)
+
+
+def _stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group, SIGKILL it if it has not ended within 15 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
 
 
 def test_ha_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path) -> None:
@@ -621,13 +626,7 @@ def test_ha_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path) ->
         assert "forbidden" not in log_path.read_text().lower(), tail(log_path)
         _assert_writes_succeeded(ext)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        _stop_process(proc)
         ext.stop()
 
 

@@ -84,13 +84,19 @@ def held(h: Harness, count: int) -> None:
         time.sleep(0.002)
 
 
+def hold_first_three(h: Harness, members: list[dict[str, Any]]) -> Binds:
+    """Binds for the first three members on n1..n3, held at the barrier (the fourth completes it)."""
+    binds = Binds(h)
+    for member, target in zip(members[:3], NODES4, strict=False):
+        binds.start(member, target)
+    held(h, 3)
+    return binds
+
+
 # ------------------------------------------------------------------- 1. no hold past httpTimeout
 def test_a_long_gang_timeout_never_holds_a_bind_past_the_http_timeout(h: Harness) -> None:
     a = gang(h, timeout=600)  # scheduleTimeoutSeconds 600: the gang may wait 10 minutes, one hold may not
-    binds = Binds(h)
-    for member, target in zip(a[:3], NODES4, strict=False):
-        binds.start(member, target)
-    held(h, 3)
+    binds = hold_first_three(h, a)
     h.clock.advance(28.9)
     h.ledger.sweep()
     assert h.ledger.held_count() == 3
@@ -133,10 +139,7 @@ def test_a_quorum_is_not_released_with_a_hold_out_of_time(h: Harness) -> None:
 
 def test_the_answer_margin_bounds_each_binding_of_a_release(h: Harness) -> None:
     a = gang(h)
-    binds = Binds(h)
-    for member, target in zip(a[:3], NODES4, strict=False):
-        binds.start(member, target)
-    held(h, 3)
+    binds = hold_first_three(h, a)
     h.clock.advance(20)
     binds.start(a[3], "n4")
     assert binds.join() == dict.fromkeys(("a-0", "a-1", "a-2", "a-3"), "")
@@ -147,10 +150,7 @@ def test_the_answer_margin_bounds_each_binding_of_a_release(h: Harness) -> None:
 # ------------------------------------------------------------------- 2. room re-checked at release
 def test_a_release_rechecks_room_and_binds_nothing_on_an_overcommitted_node(h: Harness) -> None:
     a = gang(h)
-    binds = Binds(h)
-    for member, target in zip(a[:3], NODES4, strict=False):
-        binds.start(member, target)
-    held(h, 3)
+    binds = hold_first_three(h, a)
     h.add(pod("intruder", cpu="2", node="n1"))  # bound by another scheduler onto n1 (a-0 holds 3 of its 4 cpu)
     binds.start(a[3], "n4")
     answers = binds.join()
@@ -168,10 +168,7 @@ def test_a_release_rechecks_room_and_binds_nothing_on_an_overcommitted_node(h: H
 
 def test_a_release_rechecks_taints_added_while_held(h: Harness) -> None:
     a = gang(h)
-    binds = Binds(h)
-    for member, target in zip(a[:3], NODES4, strict=False):
-        binds.start(member, target)
-    held(h, 3)
+    binds = hold_first_three(h, a)
     h.add(node("n2", cpu="4", taints=[{"key": "maintenance", "value": "", "effect": "NoSchedule"}]))
     binds.start(a[3], "n4")
     answers = binds.join()
