@@ -361,22 +361,32 @@ class GangLedger:
             return BindDecision(BindAction.WAIT, hold=hold)
 
     def _release_or_wait(self, state: GangState, hold: Hold, waiting: list[Hold], now: float) -> BindDecision:
-        """The quorum is complete with ``hold``: release it if every hold has time left and every member
-        still fits where it is held; otherwise recycle the overdue holds (the gang waits for them to
-        come back) or abort the release (nothing is bound, the gang is planned again)."""
-        overdue = [h for h in waiting if h is not hold and now >= h.answer_by]
+        """The quorum is complete with ``hold``: release it, or wait for overdue holds to come back, or
+        (the release aborted, ``hold`` answered) reject it."""
+        if self._may_release(state, waiting, now, arriving=hold):
+            return BindDecision(BindAction.RELEASE, hold=hold, holds=waiting)
+        if hold.done.is_set():
+            return BindDecision(BindAction.REJECT, error=hold.result or "")
+        return BindDecision(BindAction.WAIT, hold=hold)
+
+    def _may_release(self, state: GangState, waiting: list[Hold], now: float, arriving: Hold | None = None) -> bool:
+        """Whether the complete quorum ``waiting`` may be bound now: every hold has time left (the
+        overdue ones, never the bind ``arriving`` now, are answered with a retry and the gang waits for
+        them) and every member still fits where it is held (otherwise the release is aborted: nothing
+        is bound, the gang is planned again). Marks the holds ``releasing`` when it may."""
+        overdue = [h for h in waiting if h is not arriving and now >= h.answer_by]
         if overdue:
             self._recycle(state, overdue, now)
             state.last_message = (f"quorum reached but {len(overdue)} hold(s) had no time left before "
                                   "kube-scheduler's timeout; waiting for them to come back")
-            return BindDecision(BindAction.WAIT, hold=hold)
+            return False
         problem = self._release_problem(waiting)
         if problem:
             self._abort_release(state, waiting, problem)
-            return BindDecision(BindAction.REJECT, error=hold.result or problem)
+            return False
         for held in waiting:
             held.releasing = True
-        return BindDecision(BindAction.RELEASE, hold=hold, holds=waiting)
+        return True
 
     def _release_problem(self, holds: list[Hold]) -> str:
         """Why the quorum ``holds`` may not be bound now: a member whose node is gone, excludes it
@@ -712,17 +722,8 @@ class GangLedger:
     def _release_now(self, gang: GangKey, state: GangState, waiting: list[Hold]) -> None:
         if self.on_release is None:
             return  # no binder wired (ledger-only use): the next bind request completes the quorum
-        now = self.clock()
-        overdue = [h for h in waiting if now >= h.answer_by]
-        if overdue:  # answered with a retry: the next bind request completes the quorum
-            self._recycle(state, overdue, now)
-            return
-        problem = self._release_problem(waiting)
-        if problem:
-            self._abort_release(state, waiting, problem)
-            return
-        for hold in waiting:
-            hold.releasing = True
+        if not self._may_release(state, waiting, self.clock()):
+            return  # the next bind request completes the quorum, or the gang is planned again
         state.last_message = f"quorum reached after a policy change: binding {len(waiting)} held member(s)"
         self.on_release(gang, waiting)
 

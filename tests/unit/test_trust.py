@@ -24,7 +24,7 @@ from extender.engine.verbs import REPLY_MESSAGES
 from extender.gangs.ledger import BindAction
 from extender.kube.watching import Reflector
 from extender.protocol import MAX_NODES_PER_REQUEST, ProtocolError, parse_filter_args
-from extender.wiring.runtime import from_snapshot
+from extender.wiring.runtime import Runtime, from_snapshot
 from tests.builders import (
     Harness,
     bind_args,
@@ -216,11 +216,16 @@ def test_filter_keeps_no_state_for_invented_node_names(h: Harness) -> None:
 
 
 # ------------------------------------------------------------------- 5. a stale mirror answers Error
-def test_a_core_watch_failing_too_long_stops_the_verbs_and_answers_held_binds(tmp_path: Path) -> None:
+def snapshot_runtime(tmp_path: Path, *objects: dict[str, Any]) -> Runtime:
+    """A runtime over a snapshot of ``objects``, with the shipped 10 s stale-watch limit."""
     snapshot = tmp_path / "s.json"
-    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        node("n1"), coscheduling_podgroup("a", 2), pod("a-0", pod_group="a"), pod("a-1", pod_group="a")]}))
-    runtime = from_snapshot(Settings(cluster_snapshot=str(snapshot), watch_stale_seconds=10))
+    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+    return from_snapshot(Settings(cluster_snapshot=str(snapshot), watch_stale_seconds=10))
+
+
+def test_a_core_watch_failing_too_long_stops_the_verbs_and_answers_held_binds(tmp_path: Path) -> None:
+    runtime = snapshot_runtime(tmp_path, node("n1"), coscheduling_podgroup("a", 2), pod("a-0", pod_group="a"),
+                               pod("a-1", pod_group="a"))
     stop = threading.Event()
 
     class Listing(list[dict[str, Any]]):
@@ -304,9 +309,7 @@ def test_a_member_whose_binding_failed_keeps_its_place(h: Harness) -> None:
 def test_a_silent_api_server_is_noticed_by_the_probe(tmp_path: Path) -> None:
     """A black-holed API server leaves a watch connection open and silent for minutes: no watch error,
     so a cheap probe is what turns the verbs to Error."""
-    snapshot = tmp_path / "s.json"
-    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [node("n1")]}))
-    runtime = from_snapshot(Settings(cluster_snapshot=str(snapshot), watch_stale_seconds=10))
+    runtime = snapshot_runtime(tmp_path, node("n1"))
     answers = iter([None, TimeoutError("read timed out")] + [TimeoutError("read timed out")] * 1000)
 
     def probe() -> None:
