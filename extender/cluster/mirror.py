@@ -2,7 +2,8 @@
 
 Owns: compact records of Nodes, Pods and group definitions, fed by watch events (or a snapshot);
 per-node accounting of capacity in use (bound pods, pods this extender assumed while binding or
-holding them) and capacity reserved for admitted gangs; and a *generation* per node, bumped on every
+holding them); the reservations of admitted gangs (held in ``Reservations``, which derives the per-node
+totals from the gangs' slots); and a *generation* per node, bumped on every
 change that can alter whether a pod fits that node, with a bounded change log so caches can refresh
 only the nodes that changed. Must not: call the API server, decide gang rules, or cache filter
 results.
@@ -26,6 +27,7 @@ from extender.cluster.groups import GROUP_PARSERS, GroupMeta, group_meta
 from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord
 from extender.cluster.quantity import CPU, Resources, add_into
 from extender.cluster.records import node_record, pod_record
+from extender.cluster.reservations import Reservations, Slot
 
 CHANGE_LOG_SIZE = 8192
 """How many node changes a cache may lag behind and still refresh incrementally."""
@@ -52,8 +54,7 @@ class ClusterMirror:
         self._group_objects: dict[tuple[GroupKind, ObjectKey], tuple[GroupRef, ...]] = {}
         self._group_meta: dict[GroupRef, GroupMeta] = {}
         self._policy_changes: set[GroupRef] = set()  # groups whose gang policy changed, for the ledger
-        self._reserved: dict[str, dict[GangKey, Resources]] = {}  # node -> gang -> reserved
-        self._reserved_nodes: dict[GangKey, set[str]] = {}  # gang -> nodes it reserves on (index of _reserved)
+        self._reservations = Reservations(self._touch)  # what admitted gangs hold for members to come
         self.rejected_objects = 0  # objects too malformed to mirror (counted, logged by the caller)
 
     # ----------------------------------------------------------------------------------- changes
@@ -323,37 +324,43 @@ class ClusterMirror:
             return iter(list(self._members))
 
     # ------------------------------------------------------------------------------ reservations
-    def set_reservation(self, gang: GangKey, per_node: Mapping[str, Resources]) -> None:
-        """Replace what ``gang`` holds in reserve on each node (empty mapping: release all)."""
+    def reserve(self, gang: GangKey, slots: Iterable[Slot]) -> None:
+        """Make ``slots`` the whole of what ``gang`` holds in reserve (none: release it all)."""
         with self.lock:
-            for node in self._reserved_nodes.pop(gang, set()).difference(per_node):
-                by_gang = self._reserved[node]
-                del by_gang[gang]
-                if not by_gang:
-                    del self._reserved[node]
-                self._touch(node)
-            for node, amount in per_node.items():
-                by_gang = self._reserved.setdefault(node, {})
-                if by_gang.get(gang) != amount:
-                    if amount:
-                        by_gang[gang] = dict(amount)
-                    else:
-                        by_gang.pop(gang, None)
-                    self._touch(node)
-                if not by_gang:
-                    del self._reserved[node]
-            nodes = {node for node, amount in per_node.items() if amount}
-            if nodes:
-                self._reserved_nodes[gang] = nodes
+            self._reservations.replace(gang, slots)
+
+    def reserve_more(self, gang: GangKey, slots: Iterable[Slot]) -> None:
+        with self.lock:
+            self._reservations.add(gang, slots)
+
+    def trim_reservation(self, gang: GangKey, count: int) -> None:
+        """Keep only the first ``count`` of the gang's slots."""
+        with self.lock:
+            self._reservations.keep(gang, count)
+
+    def use_reservation(self, gang: GangKey, node: str, requests: Resources) -> None:
+        """A member of ``gang`` is placed on ``node``: the slot it takes is no longer reserved."""
+        with self.lock:
+            self._reservations.use(gang, node, requests)
+
+    def reserved_slots(self, gang: GangKey) -> tuple[Slot, ...]:
+        with self.lock:
+            return self._reservations.slots(gang)
+
+    def reserved_count(self, gang: GangKey) -> int:
+        """How many members ``gang`` holds places for."""
+        with self.lock:
+            return self._reservations.count(gang)
 
     def reservation(self, gang: GangKey) -> dict[str, Resources]:
+        """What ``gang`` holds in reserve on each node."""
         with self.lock:
-            return {node: dict(self._reserved[node][gang]) for node in self._reserved_nodes.get(gang, ())}
+            return self._reservations.of(gang)
 
     def reserved_nodes(self, gang: GangKey) -> frozenset[str]:
         """The nodes where ``gang`` holds a reservation."""
         with self.lock:
-            return frozenset(self._reserved_nodes.get(gang, ()))
+            return self._reservations.nodes(gang)
 
     # ---------------------------------------------------------------------------------- capacity
     def free(self, node: str, for_gang: GangKey | None, *, include_own_reservation: bool = True) -> Resources:
@@ -367,7 +374,7 @@ class ClusterMirror:
         used = self._used.get(node)
         if used:
             add_into(free, used, -1)
-        reserved = self._reserved.get(node)
+        reserved = self._reservations.on(node)
         if reserved:
             for gang, amount in reserved.items():
                 if gang != for_gang or not include_own_reservation:
@@ -382,7 +389,7 @@ class ClusterMirror:
             for name, used in self._used.items():
                 if name in cpu:
                     cpu[name] -= used.get(CPU, 0)
-            for name, by_gang in self._reserved.items():
+            for name, by_gang in self._reservations.by_node():
                 if name in cpu:
                     for gang, amount in by_gang.items():
                         if gang != for_gang:
@@ -390,8 +397,7 @@ class ClusterMirror:
             return cpu
 
     def own_reservation(self, node: str, gang: GangKey) -> Resources | None:
-        reserved = self._reserved.get(node)
-        return reserved.get(gang) if reserved else None
+        return self._reservations.on(node).get(gang)
 
     def used(self, node: str) -> Resources:
         return self._used.get(node, {})

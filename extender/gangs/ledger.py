@@ -1,6 +1,6 @@
 """GangLedger: the lifecycle of every gang this extender is enforcing (no I/O).
 
-Owns: per gang, whether it is admitted and the reservation slots it holds, the bind requests held at
+Owns: per gang, whether it is admitted (the slots it reserves are kept by the mirror), the bind requests held at
 the barrier, the deadline of the current attempt, back-off after a timeout, the cached fail-fast
 verdict, the verdict of the last admission plan that did not fit (reused while the capacity and the
 members stay the same) and the last reason it waited; following gang policy changes (a 1.37 PodGroup
@@ -58,7 +58,6 @@ class GangState:
     gang: GangKey
     policy: GangPolicy
     admitted_at: float | None = None
-    slots: list[tuple[str, Resources]] = field(default_factory=list)
     holds: dict[str, Hold] = field(default_factory=dict)
     deadline: float | None = None
     backoff_until: float = 0.0
@@ -216,9 +215,8 @@ class GangLedger:
             state.failed_plan, state.failed_plan_inputs = None, ()
             state.admitted_at = now
             state.deadline = now + self.timeout_for(policy)
-            state.slots = list(result.slots)
+            self.mirror.reserve(gang, result.slots)
             state.last_message = f"admitted: {needed} member(s) reserved on {len(result.per_node())} node(s)"
-            self.mirror.set_reservation(gang, result.per_node())
             self.counters["admitted"] += 1
             # Like the in-tree plugin activating siblings: members a gang rule rejected wait in the
             # scheduler's unschedulable pool; wake those (the others are still queued: no API write).
@@ -233,7 +231,7 @@ class GangLedger:
     def held_demand(self) -> int:
         """Binds that gangs may hold at once: held now, plus reserved members still to come."""
         with self.lock:
-            return sum(len(self._waiting(s)) + (len(s.slots) if s.admitted_at is not None else 0)
+            return sum(len(self._waiting(s)) + (self.mirror.reserved_count(s.gang) if s.admitted_at is not None else 0)
                        for s in self._gangs.values())
 
     def _barrier_room(self, gang: GangKey, needed: int) -> Verdict | None:
@@ -351,9 +349,8 @@ class GangLedger:
                 # hold was recycled is not progress.
                 state.held_ever.add(pod.uid)
                 state.deadline = now + self.timeout_for(policy)
-            planner.consume_slot(state.slots, node, pod.requests)
+            self.mirror.use_reservation(pod.gang, node, pod.requests)
             self.mirror.assume(pod.uid, node)
-            self.mirror.set_reservation(pod.gang, planner.Plan(tuple(state.slots), ()).per_node())
             if len(placed) + len(waiting) >= policy.min_count:
                 return self._release_or_wait(state, hold, waiting, now)
             state.last_message = (f"holding {len(waiting)} bind(s); {len(placed) + len(waiting)}/"
@@ -526,9 +523,8 @@ class GangLedger:
                 now = self.clock()
                 state.admitted_at = state.admitted_at if state.admitted_at is not None else now
                 state.deadline = now + self.timeout_for(state.policy)
-                state.slots = [*state.slots, *((h.node, dict(h.pod.requests)) for h in failed)]
                 state.held_ever = set()
-                self.mirror.set_reservation(gang, planner.Plan(tuple(state.slots), ()).per_node())
+                self.mirror.reserve_more(gang, ((h.node, h.pod.requests) for h in failed))
                 state.last_message = (f"quorum released but {len(failed)} Binding(s) failed: their places stay "
                                       "reserved until kube-scheduler retries them")
             elif state is not None and not state.holds:
@@ -552,12 +548,11 @@ class GangLedger:
                     self.on_status(gang, GangStatus(GangPhase.SCHEDULED, message, placed, state.policy.min_count))
 
     def _reset(self, state: GangState) -> None:
-        had_reservation = state.admitted_at is not None or bool(state.slots)
+        had_reservation = state.admitted_at is not None or bool(self.mirror.reserved_count(state.gang))
         state.admitted_at = None
         state.deadline = None
-        state.slots = []
         state.held_ever = set()
-        self.mirror.set_reservation(state.gang, {})
+        self.mirror.reserve(state.gang, ())
         if had_reservation:
             self._capacity_freed()
 
@@ -631,11 +626,10 @@ class GangLedger:
                        f"placed, the last new one {max(now - last_new, 0.0):.0f}s ago): its held binds are answered "
                        "before kube-scheduler's httpTimeout; each keeps its reserved place and kube-scheduler "
                        "retries it")
+        if state.admitted_at is not None:  # only an admitted gang holds a reservation
+            self.mirror.reserve_more(state.gang, ((hold.node, hold.pod.requests) for hold in holds))
         for hold in holds:
-            if state.admitted_at is not None:  # only an admitted gang holds a reservation
-                state.slots.append((hold.node, dict(hold.pod.requests)))
             self._answer(state, hold, message)
-        self.mirror.set_reservation(state.gang, planner.Plan(tuple(state.slots), ()).per_node())
         self.counters["holds_recycled"] += len(holds)
         log.info("%s", message)
 
@@ -713,10 +707,10 @@ class GangLedger:
                 self._release_now(gang, state, waiting)
             elif state.admitted_at is not None:
                 needed = policy.min_count - len(placed) - len(waiting)
-                if needed < len(state.slots):
-                    state.slots = state.slots[:max(needed, 0)]
-                    self.mirror.set_reservation(gang, planner.Plan(tuple(state.slots), ()).per_node())
-                elif needed > len(state.slots) and not waiting:
+                reserved = self.mirror.reserved_count(gang)
+                if needed < reserved:
+                    self.mirror.trim_reservation(gang, needed)
+                elif needed > reserved and not waiting:
                     self._reset(state)
 
     def _release_now(self, gang: GangKey, state: GangState, waiting: list[Hold]) -> None:

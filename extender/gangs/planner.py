@@ -13,16 +13,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from extender.cluster.fit import Placement, placement_failure, placement_from_spec, shortfall
+from extender.cluster.fit import Placement, placement_failure, placement_from_spec
 from extender.cluster.model import NodeRecord, PodRecord
 from extender.cluster.quantity import CPU, PODS, Resources, add_into, describe
+from extender.cluster.reservations import Slot, per_node
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
     """Where the given members would go, and what is left over."""
 
-    slots: tuple[tuple[str, Resources], ...]  # (node, requests) per placed member
+    slots: tuple[Slot, ...]  # (node, requests) per placed member
     unplaced: tuple[PodRecord, ...]
     blocking: str = ""  # why the first unplaced member did not fit anywhere
 
@@ -31,10 +32,7 @@ class Plan:
         return not self.unplaced
 
     def per_node(self) -> dict[str, Resources]:
-        totals: dict[str, Resources] = {}
-        for node, requests in self.slots:
-            add_into(totals.setdefault(node, {}), requests)
-        return totals
+        return per_node(self.slots)
 
 
 @dataclass(slots=True)
@@ -157,18 +155,3 @@ def pick_for_reservation(pending: Sequence[PodRecord], count: int) -> list[PodRe
     """The ``count`` members to reserve for: the largest pending ones (conservative)."""
     ranked = sorted(pending, key=lambda p: (size_key(p.requests), p.name), reverse=True)
     return ranked[:max(count, 0)]
-
-
-def consume_slot(slots: list[tuple[str, Resources]], node: str, requests: Mapping[str, int]) -> None:
-    """A member landed on ``node``: drop the reservation slot it used (same node first, else any
-    slot with the same requests, else the first slot: the plan only ever shrinks)."""
-    for index, (slot_node, slot_requests) in enumerate(slots):
-        if slot_node == node and shortfall(requests, slot_requests) is None:
-            del slots[index]
-            return
-    for index, (_, slot_requests) in enumerate(slots):
-        if slot_requests == requests:
-            del slots[index]
-            return
-    if slots:
-        del slots[0]

@@ -158,7 +158,7 @@ def test_changed_since_lists_the_nodes_touched(m: ClusterMirror) -> None:
     m.assume("u1", "n2")  # no effect on a bound pod: nothing touched
     assert m.generation == middle
     m.upsert_node(node("n3"))
-    m.set_reservation(GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "g")), {"n2": {"cpu": 1000}})
+    m.reserve(GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "g")), [("n2", {"cpu": 1000})])
     assert m.changed_since(start) == {"n1", "n2", "n3"}
     assert m.changed_since(middle) == {"n2", "n3"}
     assert m.changed_since(m.generation) == set()
@@ -231,7 +231,7 @@ def test_reservations_are_free_only_for_their_own_gang(m: ClusterMirror) -> None
     a = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "a"))
     b = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "b"))
     m.upsert_pod(pod("web", uid="u1", cpu="1", node="n1"))
-    m.set_reservation(a, {"n1": {"cpu": 2000, "pods": 1}})
+    m.reserve(a, [("n1", {"cpu": 2000, "pods": 1})])
     assert m.free("n1", a)["cpu"] == 3000
     assert m.free("n1", a, include_own_reservation=False)["cpu"] == 1000
     assert m.free("n1", b)["cpu"] == 1000
@@ -240,12 +240,12 @@ def test_reservations_are_free_only_for_their_own_gang(m: ClusterMirror) -> None
     assert m.own_reservation("n1", b) is None and m.own_reservation("n2", a) is None
     assert m.reservation(a) == {"n1": {"cpu": 2000, "pods": 1}}
     generation = m.generation
-    m.set_reservation(a, {"n1": {"cpu": 2000, "pods": 1}})
+    m.reserve(a, [("n1", {"cpu": 2000, "pods": 1})])
     assert m.generation == generation, "an unchanged reservation touches nothing"
-    m.set_reservation(a, {"n2": {"cpu": 1000}})
+    m.reserve(a, [("n2", {"cpu": 1000})])
     assert m.reservation(a) == {"n2": {"cpu": 1000}}
     assert m.changed_since(generation) == {"n1", "n2"}
-    m.set_reservation(a, {})
+    m.reserve(a, [])
     assert m.reservation(a) == {} and m.free("n2", None)["cpu"] == 4000
 
 
@@ -261,8 +261,8 @@ def test_free_cpu_by_node_is_the_cpu_of_free(m: ClusterMirror) -> None:
     m.upsert_pod(pod("assumed", uid="u4", cpu="500m"))
     m.assume("u4", "n2")
     m.upsert_pod(pod("on-a-deleted-node", uid="u5", cpu="1", node="gone"))
-    m.set_reservation(a, {"n1": {"cpu": 2000, "pods": 1}, "n3": {"memory": GIB}})
-    m.set_reservation(b, {"n1": {"cpu": 500}, "n2": {"cpu": 1000}})
+    m.reserve(a, [("n1", {"cpu": 2000, "pods": 1}), ("n3", {"memory": GIB})])
+    m.reserve(b, [("n1", {"cpu": 500}), ("n2", {"cpu": 1000})])
     for gang in (None, a, b):
         assert m.free_cpu_by_node(gang) == {name: m.free(name, gang).get("cpu", 0) for name in m.nodes}
     assert m.free_cpu_by_node(None) == {"n1": 0, "n2": 2500, "n3": -1000, "no-cpu": 0}

@@ -18,7 +18,8 @@ from extender.cluster.model import (
     Taint,
     Verdict,
 )
-from extender.gangs.planner import Plan, consume_slot, pick_for_reservation, plan, size_key
+from extender.cluster.reservations import consume_slot
+from extender.gangs.planner import Plan, pick_for_reservation, plan, size_key
 from extender.gangs.rules import admission_wait, never_fits, quorum
 
 GI = 2**30

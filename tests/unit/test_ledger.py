@@ -54,7 +54,7 @@ def test_admission_reserves_the_whole_gang_and_starts_the_clock(w: World) -> Non
     state = w.ledger.state(key(a[0]))
     assert state is not None
     assert state.admitted_at == w.clock.now and state.deadline == w.clock.now + 30
-    assert sorted(node for node, _ in state.slots) == NODES4
+    assert sorted(node for node, _ in w.mirror.reserved_slots(key(a[0]))) == NODES4
     assert state.last_message == "admitted: 4 member(s) reserved on 4 node(s)"
     assert w.mirror.reservation(key(a[0])) == dict.fromkeys(NODES4, SLOT)
     assert w.ledger.counters["admitted"] == 1

@@ -1,0 +1,108 @@
+"""Reservations: the capacity admitted gangs hold on nodes for their members still to come (pure).
+
+Owns: per gang, its reservation *slots* (a node and the requests of one member that will go there),
+and the per-node totals derived from them, which capacity checks subtract. The slots are the only
+record: the totals are recomputed from them on every change, so the two cannot drift apart. Must
+not: decide which gang reserves what (the ledger does), take locks (the mirror calls it under its
+own) or know about pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from extender.cluster.fit import shortfall
+from extender.cluster.model import GangKey
+from extender.cluster.quantity import Resources, add_into
+
+Slot = tuple[str, Resources]
+"""One reserved place: (node name, the requests of the member it is kept for)."""
+
+
+def per_node(slots: Iterable[Slot]) -> dict[str, Resources]:
+    """What ``slots`` reserve on each node, summed."""
+    totals: dict[str, Resources] = {}
+    for node, requests in slots:
+        add_into(totals.setdefault(node, {}), requests)
+    return totals
+
+
+def consume_slot(slots: list[Slot], node: str, requests: Mapping[str, int]) -> None:
+    """Drop from ``slots`` the one a member placed on ``node`` takes: one on that node that holds its
+    requests, else one with the same requests, else the first (a reservation only ever shrinks)."""
+    if not slots:
+        return
+    index = next((i for i, (at, kept) in enumerate(slots) if at == node and shortfall(requests, kept) is None), None)
+    if index is None:
+        index = next((i for i, (_, kept) in enumerate(slots) if kept == requests), 0)
+    del slots[index]
+
+
+class Reservations:
+    """Every gang's reservation slots and the per-node totals derived from them."""
+
+    def __init__(self, touched: Callable[[str], None]) -> None:
+        """``touched(node)``: called for every node whose reserved total changed."""
+        self._touched = touched
+        self._slots: dict[GangKey, tuple[Slot, ...]] = {}
+        self._on_node: dict[str, dict[GangKey, Resources]] = {}  # node -> gang -> total (derived)
+        self._nodes: dict[GangKey, frozenset[str]] = {}  # gang -> nodes it reserves on (derived)
+
+    # ---------------------------------------------------------------------------------- changes
+    def replace(self, gang: GangKey, slots: Iterable[Slot]) -> None:
+        """Make ``slots`` the whole of the gang's reservation (none: it holds nothing)."""
+        kept = tuple((node, dict(requests)) for node, requests in slots)
+        totals = {node: amount for node, amount in per_node(kept).items() if amount}
+        for node in self._nodes.get(gang, frozenset()).difference(totals):
+            by_gang = self._on_node[node]
+            del by_gang[gang]
+            if not by_gang:
+                del self._on_node[node]
+            self._touched(node)
+        for node, amount in totals.items():
+            by_gang = self._on_node.setdefault(node, {})
+            if by_gang.get(gang) != amount:
+                by_gang[gang] = amount
+                self._touched(node)
+        if kept:
+            self._slots[gang] = kept
+            self._nodes[gang] = frozenset(totals)
+        else:
+            self._slots.pop(gang, None)
+            self._nodes.pop(gang, None)
+
+    def add(self, gang: GangKey, slots: Iterable[Slot]) -> None:
+        self.replace(gang, (*self.slots(gang), *slots))
+
+    def keep(self, gang: GangKey, count: int) -> None:
+        """Keep only the gang's first ``count`` slots."""
+        self.replace(gang, self.slots(gang)[:max(count, 0)])
+
+    def use(self, gang: GangKey, node: str, requests: Mapping[str, int]) -> None:
+        """A member of ``gang`` landed on ``node``: drop the slot it used (``consume_slot``)."""
+        slots = list(self.slots(gang))
+        if slots:
+            consume_slot(slots, node, requests)
+            self.replace(gang, slots)
+
+    # ---------------------------------------------------------------------------------- queries
+    def slots(self, gang: GangKey) -> tuple[Slot, ...]:
+        return self._slots.get(gang, ())
+
+    def count(self, gang: GangKey) -> int:
+        return len(self._slots.get(gang, ()))
+
+    def nodes(self, gang: GangKey) -> frozenset[str]:
+        """The nodes where ``gang`` holds a reservation."""
+        return self._nodes.get(gang, frozenset())
+
+    def of(self, gang: GangKey) -> dict[str, Resources]:
+        """What ``gang`` holds on each node (copies)."""
+        return {node: dict(self._on_node[node][gang]) for node in self._nodes.get(gang, ())}
+
+    def on(self, node: str) -> Mapping[GangKey, Resources]:
+        """What every gang holds on ``node`` (live: read it under the owner's lock)."""
+        return self._on_node.get(node, {})
+
+    def by_node(self) -> Iterator[tuple[str, Mapping[GangKey, Resources]]]:
+        return iter(self._on_node.items())
