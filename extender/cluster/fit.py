@@ -13,91 +13,11 @@ so that snapshot mode (no scheduler) gives the same answers.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from dataclasses import field as dataclass_field
-from typing import Any
 
-from extender.cluster.model import NodeRecord, Taint
+from extender.cluster.model import NodeRecord, Placement, Requirement, Taint
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str
-    operator: str
-    value: str
-    effect: str
-
-    def tolerates(self, taint: Taint) -> bool:
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.operator == "Exists":
-            return not self.key or self.key == taint.key
-        return self.key == taint.key and self.value == taint.value
-
-
-@dataclass(frozen=True, slots=True)
-class Requirement:
-    key: str
-    operator: str
-    values: tuple[str, ...]
-    field: bool = False  # matchFields (metadata.name) rather than labels
-    # ``values`` as a set: In/NotIn against thousands of values on thousands of nodes stays linear
-    members: frozenset[str] = dataclass_field(init=False, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "members", frozenset(self.values))
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """The placement constraints of one pod: everything but resources."""
-
-    node_selector: tuple[tuple[str, str], ...] = ()
-    affinity_terms: tuple[tuple[Requirement, ...], ...] = ()  # OR of ANDs; empty: no affinity
-    tolerations: tuple[Toleration, ...] = ()
-
-    @property
-    def unconstrained(self) -> bool:
-        return not self.node_selector and not self.affinity_terms
-
-
-NO_PLACEMENT = Placement()
-
-
-def _requirements(raw: object, field: bool) -> list[Requirement]:
-    out = []
-    for item in raw if isinstance(raw, list) else []:
-        if isinstance(item, dict):
-            values = tuple(str(v) for v in item.get("values") or [])
-            out.append(Requirement(str(item.get("key", "")), str(item.get("operator", "")), values, field))
-    return out
-
-
-def placement_from_spec(spec: Mapping[str, Any]) -> Placement:
-    """Read nodeSelector, required node affinity and tolerations from a raw pod spec."""
-    selector = spec.get("nodeSelector") or {}
-    node_selector = tuple(sorted((str(k), str(v)) for k, v in selector.items())) if isinstance(
-        selector, dict) else ()
-    affinity = spec.get("affinity") or {}
-    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(
-        node_affinity, dict) else None
-    terms: list[tuple[Requirement, ...]] = []
-    if isinstance(required, dict):
-        for term in required.get("nodeSelectorTerms") or []:
-            if isinstance(term, dict):
-                reqs = _requirements(term.get("matchExpressions"), False)
-                reqs += _requirements(term.get("matchFields"), True)
-                terms.append(tuple(reqs))
-    tolerations = []
-    for tol in spec.get("tolerations") or []:
-        if isinstance(tol, dict):
-            tolerations.append(Toleration(str(tol.get("key") or ""), str(tol.get("operator") or "Equal"),
-                                          str(tol.get("value") or ""), str(tol.get("effect") or "")))
-    return Placement(node_selector, tuple(terms), tuple(tolerations))
 
 
 def _requirement_matches(req: Requirement, node: NodeRecord) -> bool:
@@ -148,3 +68,4 @@ def shortfall(requests: Mapping[str, int], free: Mapping[str, int]) -> str | Non
         if amount > 0 and amount > free.get(name, 0):
             return name
     return None
+

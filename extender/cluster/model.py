@@ -1,12 +1,14 @@
 """Value types shared by every layer (pure).
 
 Owns: the frozen records the rest of the extender passes around: group keys and gang policies,
-compact node and pod records, and the verdict codes of the gang rules. Must not: parse Kubernetes
-JSON (that is ``groups``/``cluster``), hold mutable state, or import anything outside the stdlib.
+compact node and pod records, a pod's placement constraints, and the verdict codes of the gang
+rules. Must not: parse Kubernetes JSON (that is ``groups``/``records``), hold mutable state, or
+import anything outside the stdlib.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -77,6 +79,50 @@ class NodeRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str
+    operator: str
+    value: str
+    effect: str
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    operator: str
+    values: tuple[str, ...]
+    field: bool = False  # matchFields (metadata.name) rather than labels
+    # ``values`` as a set: In/NotIn against thousands of values on thousands of nodes stays linear
+    members: frozenset[str] = dataclasses.field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", frozenset(self.values))
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The placement constraints of one pod: everything but resources."""
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity_terms: tuple[tuple[Requirement, ...], ...] = ()  # OR of ANDs; empty: no affinity
+    tolerations: tuple[Toleration, ...] = ()
+
+    @property
+    def unconstrained(self) -> bool:
+        return not self.node_selector and not self.affinity_terms
+
+
+NO_PLACEMENT = Placement()
+
+
+@dataclass(frozen=True, slots=True)
 class PodRecord:
     """What scheduling needs of a Pod (compact: the mirror holds up to 150,000)."""
 
@@ -91,6 +137,8 @@ class PodRecord:
     scheduler_name: str = "default-scheduler"
     spec: dict[str, object] | None = None  # placement fields: kept for gang members and unbound pods
     needs_preparation: bool = False  # PVC or ephemeral volumes, or resource claims: kube-scheduler prepares them
+    # ``spec`` read once into the constraints the predicates evaluate (None: not read; see fit.pod_placement)
+    placement: Placement | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str]:

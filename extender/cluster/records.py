@@ -12,8 +12,16 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from extender.cluster.groups import pod_link
-from extender.cluster.model import NodeRecord, PodRecord, Taint
+from extender.cluster.groups import PodLink, pod_link
+from extender.cluster.model import (
+    NO_PLACEMENT,
+    NodeRecord,
+    Placement,
+    PodRecord,
+    Requirement,
+    Taint,
+    Toleration,
+)
 from extender.cluster.quantity import PODS, Resources, add_into, parse_resources
 
 
@@ -80,6 +88,49 @@ def shared(requests: Resources) -> Resources:
     return requests
 
 
+def _requirements(raw: object, field: bool) -> list[Requirement]:
+    out = []
+    for item in raw if isinstance(raw, list) else []:
+        if isinstance(item, dict):
+            values = tuple(str(v) for v in item.get("values") or [])
+            out.append(Requirement(str(item.get("key", "")), str(item.get("operator", "")), values, field))
+    return out
+
+
+def placement_from_spec(spec: Mapping[str, Any]) -> Placement:
+    """Read nodeSelector, required node affinity and tolerations from a raw pod spec."""
+    selector = spec.get("nodeSelector") or {}
+    node_selector = tuple(sorted((str(k), str(v)) for k, v in selector.items())) if isinstance(
+        selector, dict) else ()
+    affinity = spec.get("affinity") or {}
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(
+        node_affinity, dict) else None
+    terms: list[tuple[Requirement, ...]] = []
+    if isinstance(required, dict):
+        for term in required.get("nodeSelectorTerms") or []:
+            if isinstance(term, dict):
+                reqs = _requirements(term.get("matchExpressions"), False)
+                reqs += _requirements(term.get("matchFields"), True)
+                terms.append(tuple(reqs))
+    tolerations = []
+    for tol in spec.get("tolerations") or []:
+        if isinstance(tol, dict):
+            tolerations.append(Toleration(str(tol.get("key") or ""), str(tol.get("operator") or "Equal"),
+                                          str(tol.get("value") or ""), str(tol.get("effect") or "")))
+    if not node_selector and not terms and not tolerations:
+        return NO_PLACEMENT  # shared: most pods have none
+    return Placement(node_selector, tuple(terms), tuple(tolerations))
+
+
+def pod_placement(pod: PodRecord) -> Placement:
+    """The pod's placement constraints: read once when its record was made (a record made by hand
+    carries only ``spec``; its constraints are read here)."""
+    if pod.placement is not None:
+        return pod.placement
+    return placement_from_spec(pod.spec or {})
+
+
 DEFAULT_MAX_PODS = 110
 """Pod capacity assumed for a node object that does not state it (the kubelet's default)."""
 
@@ -88,12 +139,16 @@ _PLACEMENT_FIELDS = ("nodeSelector", "affinity", "tolerations")
 
 def pod_record(obj: Mapping[str, Any]) -> PodRecord:
     """A compact PodRecord of a raw pod. Raises RecordError (or QuantityError/GroupError) if malformed."""
+    return linked_pod_record(obj, pod_link(obj))
+
+
+def linked_pod_record(obj: Mapping[str, Any], link: PodLink | None) -> PodRecord:
+    """``pod_record`` for a pod whose gang link (``groups.pod_link``) was already read."""
     metadata = _dict(obj.get("metadata"))
     spec = _dict(obj.get("spec"))
     name, namespace = metadata.get("name"), metadata.get("namespace") or "default"
     if not isinstance(name, str) or not name:
         raise RecordError("pod has no metadata.name")
-    link = pod_link(obj)
     phase = _dict(obj.get("status")).get("phase")
     node_name = spec.get("nodeName")
     # Kept for gang members (admission plans them) and for pods not bound yet (bind re-checks them).
@@ -112,6 +167,7 @@ def pod_record(obj: Mapping[str, Any]) -> PodRecord:
         scheduler_name=sys.intern(str(spec.get("schedulerName") or "default-scheduler")),
         spec=placement,
         needs_preparation=_needs_preparation(spec),
+        placement=None if placement is None else placement_from_spec(placement),
     )
 
 

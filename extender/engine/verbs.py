@@ -18,22 +18,21 @@ timeout, counted from the request's arrival.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from extender.cluster.cache import FIT, FilterCache, NodeVerdicts
-from extender.cluster.fit import Placement, placement_failure, placement_from_spec, shortfall
-from extender.cluster.groups import GroupError, pod_link
+from extender.cluster.facts import PodFacts
+from extender.cluster.fit import placement_failure, shortfall
+from extender.cluster.groups import GroupError
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import PASS, Code, GangKey, GangPolicy, PodRecord, Verdict
 from extender.cluster.quantity import QuantityError
-from extender.cluster.records import RecordError, pod_record
-from extender.cluster.signature import signature
+from extender.cluster.records import RecordError
 from extender.engine.ports import Binder, BindError, ReleaseLog, ReleaseNotRecordedError
 from extender.gangs import rules
 from extender.gangs.ledger import BindAction, GangLedger, Hold
@@ -93,50 +92,71 @@ class Engine:
         self.steered = 0  # filter requests answered with the nodes of the member's own reservation
         self._bind_pool = ThreadPoolExecutor(max_workers=max(1, bind_parallelism),
                                              thread_name_prefix="gang-bind")
-        ledger.on_release = self._release_in_background
 
     def close(self) -> None:
         self._bind_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------------------------ common
-    def _gang(self, pod: PodRecord) -> tuple[GangKey | None, GangPolicy | None, Verdict]:
-        """The pod's gang, its policy and the quorum verdict. (None, None, PASS) for other pods."""
+    def _gang(self, pod: PodRecord) -> tuple[GangKey | None, GangPolicy | None]:
+        """(gang, policy) of a gang member; (gang, None) while its group definition is not seen yet;
+        (None, None) for a pod of no gang or of a non-gang ("basic") group."""
         if pod.gang is None:
-            return None, None, PASS
+            return None, None
         exists, policy = self.mirror.gang_policy(pod.gang)
         if not exists and pod.link_policy is not None:
             exists, policy = True, pod.link_policy
         if exists and policy is None:
-            return None, None, PASS  # a non-gang ("basic") pod group
-        count = self.mirror.member_count(pod.gang) + (0 if self.mirror.is_member(pod.gang, pod.uid) else 1)
-        return pod.gang, policy, rules.quorum(pod.gang, exists, policy, count)
+            return None, None
+        return pod.gang, policy
+
+    def _gate(self, pod: PodRecord) -> tuple[GangKey | None, Verdict]:
+        """The member's gang and whether it may be placed now: the quorum gate (its group is defined
+        and enough members exist), then admission (the rest of the gang fits and is reserved)."""
+        gang, policy = self._gang(pod)
+        if gang is None:
+            return None, PASS
+        count = self.mirror.member_count(gang) + (0 if self.mirror.is_member(gang, pod.uid) else 1)
+        verdict = rules.quorum(gang, policy is not None, policy, count)
+        if verdict.passes and policy is not None:
+            verdict = self.ledger.admission(gang, policy, pod)
+        return gang, verdict
+
+    def sweep(self, min_interval: float = 0.0) -> None:
+        """The ledger's sweep; binds, in the background, the quorums a policy change completed."""
+        for release in self.ledger.sweep(min_interval):
+            threading.Thread(target=self._release, args=(release.gang, release.holds), name="gang-release",
+                             daemon=True).start()
 
     # ------------------------------------------------------------------------------------ filter
     def filter(self, args: FilterArgs) -> FilterResult:
-        facts = _PodFacts(args.pod)
+        """One consistent step under the mirror's lock: the gang's gate, then the per-node verdicts."""
+        facts = PodFacts(args.pod)
         try:
-            link = pod_link(args.pod)
+            linked = facts.link is not None
         except GroupError as exc:
             return _all_failed(args.node_names, Verdict(Code.WAIT_UNRESOLVABLE, f"invalid gang: {exc}"))
-        self.ledger.sweep(min_interval=FILTER_SWEEP_INTERVAL)
-        gang: GangKey | None = None
-        if link is not None:  # only gang members need the full record before the cache lookup
-            pod = facts.record
-            gang, policy, verdict = self._gang(pod)
-            if verdict.passes and gang is not None and policy is not None:
-                verdict = self.ledger.admission(gang, policy, pod)
-            if not verdict.passes:
-                if verdict.code is Code.WAIT_RESOLVABLE:
-                    self.ledger.note_blocked(pod)
-                self.ledger.note_waiting(pod, verdict)
-                return _all_failed(args.node_names, verdict)
-        result = self._node_verdicts(args, facts, gang)
-        if not result.feasible:
-            self.ledger.note_blocked(facts.record)
+        key = facts.signature
+        with self.mirror.lock:
+            self.sweep(min_interval=FILTER_SWEEP_INTERVAL)
+            gang: GangKey | None = None
+            if linked:  # only gang members need the full record before the cache lookup
+                gang, verdict = self._gate(_record(facts))
+                if not verdict.passes:
+                    if verdict.code is Code.WAIT_RESOLVABLE:
+                        self.ledger.note_blocked(facts.record)
+                    self.ledger.note_waiting(facts.record, verdict)
+                    return _all_failed(args.node_names, verdict)
+            result, entry = self._node_verdicts(args, facts, gang, key)
+            if not result.feasible:
+                self.ledger.note_blocked(_record(facts))
+        if entry is not None and key is not None:
+            self.cache.put(key, entry)
         return result
 
-    def _node_verdicts(self, args: FilterArgs, facts: _PodFacts, gang: GangKey | None) -> FilterResult:
-        """Per-node verdicts for the request's nodes, from the cache where the pod's signature allows.
+    def _node_verdicts(self, args: FilterArgs, facts: PodFacts, gang: GangKey | None,
+                       key: bytes | None) -> tuple[FilterResult, NodeVerdicts | None]:
+        """Per-node verdicts for the request's nodes, from the cache where the pod's signature ``key``
+        allows, and the cache entry to store back (None: nothing to store). Called under mirror.lock.
 
         The cached verdicts are those of the pod as if it belonged to no gang, so members of different
         gangs with the same spec share them: the only thing a gang changes is that its own reservation
@@ -146,34 +166,31 @@ class Engine:
         (kube-scheduler reads failure reasons only when no node is feasible).
         """
         names = args.node_names
-        key = signature(args.pod)
-        with self.mirror.lock:
-            own = self._own_reservation_verdicts(names, facts, gang)
-            steered = [node for node, verdict in own.items() if verdict == FIT_RESERVED]
-            if steered:
-                steered.sort(key=names.index)  # in the request's order (a few C-level scans)
-                self.steered += 1
-                return FilterResult(steered, {}, {})
-            entry = self._fresh_entry(key, facts)
-            if not own and self._all_fit(entry, names):
-                feasible, failed = names, {}  # the request's own list: every name fits
-            else:
-                if not own:  # with ``own`` the names were checked on the way to it
-                    check_node_names(names)
-                verdicts, known = entry.verdicts, self.mirror.nodes
-                unknown: dict[str, str] = {}
-                for name in names:
-                    if name not in verdicts and name not in own:
-                        if name in known:
-                            entry.record(name, self._verdict(name, facts, None))
-                        else:
-                            unknown[name] = UNKNOWN_NODE
-                verdict_of = {**verdicts, **own, **unknown} if own or unknown else verdicts
-                feasible = [n for n in names if verdict_of[n] == FIT]
-                failed = {n: verdict_of[n] for n in names if verdict_of[n] != FIT}
-        if key is not None:
-            self.cache.put(key, entry)
-        return FilterResult(feasible, _within_budget(failed) if failed else failed, {})
+        own = self._own_reservation_verdicts(names, facts, gang)
+        steered = [node for node, verdict in own.items() if verdict == FIT_RESERVED]
+        if steered:
+            steered.sort(key=names.index)  # in the request's order (a few C-level scans)
+            self.steered += 1
+            return FilterResult(steered, {}, {}), None
+        entry = self._fresh_entry(key, facts)
+        if not own and self._all_fit(entry, names):
+            feasible, failed = names, {}  # the request's own list: every name fits
+        else:
+            if not own:  # with ``own`` the names were checked on the way to it
+                check_node_names(names)
+            verdicts, known = entry.verdicts, self.mirror.nodes
+            unknown: dict[str, str] = {}
+            for name in names:
+                if name not in verdicts and name not in own:
+                    if name in known:
+                        entry.record(name, self._verdict(name, facts, None))
+                    else:
+                        unknown[name] = UNKNOWN_NODE
+            verdict_of = {**verdicts, **own, **unknown} if own or unknown else verdicts
+            feasible = [n for n in names if verdict_of[n] == FIT]
+            failed = {n: verdict_of[n] for n in names if verdict_of[n] != FIT}
+        result = FilterResult(feasible, _within_budget(failed) if failed else failed, {})
+        return result, entry if key is not None else None
 
     @staticmethod
     def _all_fit(entry: NodeVerdicts, names: list[Any]) -> bool:
@@ -197,7 +214,7 @@ class Engine:
             entry.all_fit_names, entry.all_fit_misses = names, 0
         return all_fit
 
-    def _own_reservation_verdicts(self, names: list[Any], facts: _PodFacts, gang: GangKey | None) -> dict[str, str]:
+    def _own_reservation_verdicts(self, names: list[Any], facts: PodFacts, gang: GangKey | None) -> dict[str, str]:
         """Verdicts, with the gang's own reservation counted as room, for the requested nodes that hold
         some of it (under mirror.lock); empty for a pod of no gang or a gang without a reservation."""
         if gang is None:
@@ -207,7 +224,7 @@ class Engine:
             return {}
         return {n: self._verdict(n, facts, gang) for n in reserved.intersection(check_node_names(names))}
 
-    def _fresh_entry(self, key: bytes | None, facts: _PodFacts) -> NodeVerdicts:
+    def _fresh_entry(self, key: bytes | None, facts: PodFacts) -> NodeVerdicts:
         """The cached verdicts for ``key``, refreshed to the mirror's generation (under mirror.lock)."""
         generation = self.mirror.generation
         if key is None:
@@ -236,14 +253,14 @@ class Engine:
         self.cache.count(hit=True, refreshed=refreshed)
         return entry
 
-    def _verdict(self, name: str, facts: _PodFacts, gang: GangKey | None) -> str:
+    def _verdict(self, name: str, facts: PodFacts, gang: GangKey | None) -> str:
         return _bounded(self._node_verdict(name, facts, gang))
 
-    def _node_verdict(self, name: str, facts: _PodFacts, gang: GangKey | None) -> str:
+    def _node_verdict(self, name: str, facts: PodFacts, gang: GangKey | None) -> str:
         node = self.mirror.nodes.get(name)
         if node is None:
             return UNKNOWN_NODE
-        requests = facts.record.requests
+        requests = _record(facts).requests
         reason = placement_failure(facts.placement, node)
         if reason is not None:
             return reason
@@ -268,13 +285,13 @@ class Engine:
         """Gang members prefer their reservation (10), then nodes with siblings (5); others 0."""
         names = check_node_names(args.node_names)
         try:
-            pod = _PodFacts(args.pod).record  # validated as filter validates it
+            pod = _record(PodFacts(args.pod))  # validated as filter validates it
         except GroupError:
             return [(name, 0) for name in names]
-        gang, policy, _ = self._gang(pod)
-        if gang is None or policy is None:
-            return [(name, 0) for name in names]
         with self.mirror.lock:
+            gang, policy = self._gang(pod)
+            if gang is None or policy is None:
+                return [(name, 0) for name in names]
             reserved = self.mirror.reserved_nodes(gang)
             siblings = {self.mirror.placement(m.uid) for m in self.mirror.members(gang)}
         return [(n, 10 if n in reserved else 5 if n in siblings else 0) for n in names]
@@ -311,10 +328,7 @@ class Engine:
             if pod.node_name == args.node:
                 return ""
             return f"pod {args.pod_namespace}/{args.pod_name} is already bound to {pod.node_name}"
-        try:
-            gang, policy, _ = self._gang(pod)
-        except GroupError as exc:
-            return f"invalid gang: {exc}"
+        gang, policy = self._gang(pod)
         decision = self.ledger.on_bind(pod, args.node, policy if gang is not None else None, arrival)
         if decision.action is BindAction.REJECT:
             return decision.error
@@ -408,10 +422,6 @@ class Engine:
         self.ledger.approve(gang, later)
         return outcomes
 
-    def _release_in_background(self, gang: GangKey, holds: list[Hold]) -> None:
-        """Bind a quorum the ledger found complete outside any bind request (its minCount was lowered)."""
-        threading.Thread(target=self._release, args=(gang, holds), name="gang-release", daemon=True).start()
-
     # ----------------------------------------------------------------------------------- explain
     def explain(self, namespace: str, name: str, pod_group: str | None = None,
                 replica: str | None = None) -> list[dict[str, Any]]:
@@ -419,32 +429,20 @@ class Engine:
         return [self.ledger.explain(gang) for gang in self.mirror.find_gangs(namespace, name, pod_group, replica)]
 
     def _await(self, gang: GangKey, hold: Hold) -> str:
-        while not hold.done.is_set():
-            due = self.ledger.due(gang)
-            deadline = due if due is not None else self.clock() + 0.1
-            if not hold.done.wait(timeout=max(deadline - self.clock(), 0) + 0.01):
-                self.ledger.expire_if_due(gang)
+        """Wait for the held bind's answer, letting the ledger expire the gang's holds when they are due."""
+        due = self.ledger.due(gang)
+        while not hold.done.wait(timeout=max((due if due is not None else self.clock() + 0.1) - self.clock(), 0)
+                                 + 0.01):
+            due = self.ledger.expire(gang)
         return hold.result or ""
 
 
-class _PodFacts:
-    """What the engine derives from a request's pod, each computed on first use (a cache hit whose
-    nodes did not change needs none of it)."""
-
-    def __init__(self, raw: Mapping[str, Any]) -> None:
-        self.raw = raw
-
-    @functools.cached_property
-    def record(self) -> PodRecord:
-        try:
-            return pod_record(self.raw)
-        except (RecordError, QuantityError) as exc:  # a GroupError is the caller's to handle
-            raise ProtocolError(f"Pod: {exc}") from None
-
-    @functools.cached_property
-    def placement(self) -> Placement:
-        spec = self.raw.get("spec")
-        return placement_from_spec(spec if isinstance(spec, dict) else {})
+def _record(facts: PodFacts) -> PodRecord:
+    """The request pod's record; a pod too malformed to read is a bad request."""
+    try:
+        return facts.record
+    except (RecordError, QuantityError) as exc:  # a GroupError is the caller's to handle
+        raise ProtocolError(f"Pod: {exc}") from None
 
 
 def _within_budget(failed: dict[str, str]) -> dict[str, str]:

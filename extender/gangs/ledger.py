@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.cluster.fit import placement_failure, placement_from_spec, shortfall
+from extender.cluster.fit import placement_failure, shortfall
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import (
     PASS,
@@ -38,6 +38,7 @@ from extender.cluster.model import (
     Verdict,
 )
 from extender.cluster.quantity import CPU, Resources, describe
+from extender.cluster.records import pod_placement
 from extender.gangs import explanation, planner, rules
 
 
@@ -85,6 +86,15 @@ class BindAction(enum.Enum):
     REJECT = "reject"    # answer ``error``
 
 
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A complete quorum to bind now: its holds are marked releasing; report the outcome with
+    ``GangLedger.released``."""
+
+    gang: GangKey
+    holds: list[Hold]
+
+
 @dataclass(slots=True)
 class BindDecision:
     action: BindAction
@@ -121,9 +131,6 @@ class GangLedger:
         # there are threads starves filter requests and times every gang out (a backlog of thousands
         # of interleaved gang members does exactly that). None: no limit.
         self.max_held_binds = max_held_binds
-        # Binds a quorum that became complete without a bind request (a lowered minCount); the engine
-        # sets it, since only it binds. Called under the lock: it must only hand the work to a thread.
-        self.on_release: Callable[[GangKey, list[Hold]], None] | None = None
         self._gangs: dict[GangKey, GangState] = {}
         self._verdicts: dict[GangKey, str] = {}  # last waiting message of gangs the ledger has no state for
         self._blocked: dict[str, PodRecord] = {}  # pods rejected until capacity frees up
@@ -393,7 +400,7 @@ class GangLedger:
             node = self.mirror.nodes.get(hold.node)
             if node is None:
                 return f"member {hold.pod.namespace}/{hold.pod.name}: node {hold.node} no longer exists"
-            reason = placement_failure(placement_from_spec(hold.pod.spec or {}), node)
+            reason = placement_failure(pod_placement(hold.pod), node)
             if reason is not None:
                 return f"member {hold.pod.namespace}/{hold.pod.name} no longer fits node {hold.node}: {reason}"
             reason = self._overcommit(node, hold.pod.requests)
@@ -433,7 +440,7 @@ class GangLedger:
         record = self.mirror.nodes.get(node)
         if record is None:
             return f"node {node} is not known to the extender"
-        reason = placement_failure(placement_from_spec(pod.spec or {}), record)
+        reason = placement_failure(pod_placement(pod), record)
         if reason is not None:
             return f"pod {pod.namespace}/{pod.name} does not fit node {node}: {reason}"
         return self._room_error(pod, node, gang)
@@ -563,6 +570,12 @@ class GangLedger:
             state = self._gangs.get(gang)
             return self._due(state) if state is not None else None
 
+    def expire(self, gang: GangKey) -> float | None:
+        """``expire_if_due``, then ``due``: one step of a held bind's wait."""
+        with self.lock:
+            self.expire_if_due(gang)
+            return self.due(gang)
+
     def _due(self, state: GangState) -> float | None:
         times = [hold.answer_by for hold in self._waiting(state)]
         if state.deadline is not None:
@@ -645,18 +658,20 @@ class GangLedger:
                     answered += len(waiting)
             return answered
 
-    def sweep(self, min_interval: float = 0.0) -> None:
-        """Follow policy changes, expire overdue gangs and forget gangs with no members left.
+    def sweep(self, min_interval: float = 0.0) -> list[Release]:
+        """Follow policy changes, expire overdue gangs and forget gangs with no members left. Returns
+        the quorums a policy change completed: each is marked releasing, and the caller must bind it
+        and report with ``released`` (``Engine.sweep`` does).
 
         The walk over every gang is skipped if one ran less than ``min_interval`` ago: a filter
         sweeps with a short interval, as walking hundreds of admitted gangs on every request was a
         third of the filter's time in a backlog (held binds expire themselves at their deadline, and
         the background tick sweeps every second in any case)."""
         with self.lock:
-            self._follow_policy_changes()
+            releases = self._follow_policy_changes()
             now = self.clock()
             if now - self._swept_at < min_interval:
-                return
+                return releases
             self._swept_at = now
             for gang, state in list(self._gangs.items()):
                 due = self._due(state)
@@ -673,8 +688,9 @@ class GangLedger:
                     del self._verdicts[gang]
             for gang in [g for g in self._rejected if not self.mirror.member_count(g)]:
                 del self._rejected[gang]
+            return releases
 
-    def _follow_policy_changes(self) -> None:
+    def _follow_policy_changes(self) -> list[Release]:
         """Re-evaluate gangs whose group changed its policy (1.37 PodGroups: ``minCount`` is mutable).
 
         Waiting members are woken (the quorum gate may pass now). A gang whose held + placed members
@@ -683,8 +699,9 @@ class GangLedger:
         reserved and holds nothing yet is re-planned at its next filter.
         """
         changed = self.mirror.take_policy_changes()
+        releases: list[Release] = []
         if not changed:
-            return
+            return releases
         gangs = {g for g in self.mirror.gangs() if g.group in changed} | {g for g in self._gangs if g.group in changed}
         for gang in sorted(gangs):
             members = self.mirror.members(gang)
@@ -699,12 +716,13 @@ class GangLedger:
                      policy.min_count if policy else "none (not a gang)")
             state.never_fits_checked = -1
             if policy is None:  # no longer a gang (or gone): nothing may stay held
-                if waiting:
-                    self._release_now(gang, state, waiting)
+                if waiting and self._release_now(state, waiting):
+                    releases.append(Release(gang, waiting))
                 continue
             state.policy = policy
             if waiting and len(placed) + len(waiting) >= policy.min_count:
-                self._release_now(gang, state, waiting)
+                if self._release_now(state, waiting):
+                    releases.append(Release(gang, waiting))
             elif state.admitted_at is not None:
                 needed = policy.min_count - len(placed) - len(waiting)
                 reserved = self.mirror.reserved_count(gang)
@@ -712,14 +730,15 @@ class GangLedger:
                     self.mirror.trim_reservation(gang, needed)
                 elif needed > reserved and not waiting:
                     self._reset(state)
+        return releases
 
-    def _release_now(self, gang: GangKey, state: GangState, waiting: list[Hold]) -> None:
-        if self.on_release is None:
-            return  # no binder wired (ledger-only use): the next bind request completes the quorum
+    def _release_now(self, state: GangState, waiting: list[Hold]) -> bool:
+        """Whether the quorum ``waiting`` that a policy change completed may be bound now (otherwise the
+        next bind request completes it, or the gang is planned again)."""
         if not self._may_release(state, waiting, self.clock()):
-            return  # the next bind request completes the quorum, or the gang is planned again
+            return False
         state.last_message = f"quorum reached after a policy change: binding {len(waiting)} held member(s)"
-        self.on_release(gang, waiting)
+        return True
 
     # ------------------------------------------------------------------------------------ explain
     def facts(self, gang: GangKey) -> explanation.GangFacts:

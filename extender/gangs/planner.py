@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from extender.cluster.fit import Placement, placement_failure, placement_from_spec
-from extender.cluster.model import NodeRecord, PodRecord
+from extender.cluster.fit import placement_failure
+from extender.cluster.model import NodeRecord, Placement, PodRecord
 from extender.cluster.quantity import CPU, PODS, Resources, add_into, describe
+from extender.cluster.records import pod_placement
 from extender.cluster.reservations import Slot, per_node
 
 
@@ -45,8 +46,7 @@ class _Shape:
 def _shapes(members: Sequence[PodRecord]) -> list[_Shape]:
     shapes: dict[tuple[object, ...], _Shape] = {}
     for pod in members:
-        spec = pod.spec or {}
-        placement = placement_from_spec(spec)
+        placement = pod_placement(pod)
         key = (tuple(sorted(pod.requests.items())), placement)
         shapes.setdefault(key, _Shape(pod.requests, placement)).pods.append(pod)
     # Largest first: the hardest members get the first pick of nodes.

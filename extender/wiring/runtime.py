@@ -161,7 +161,7 @@ class Runtime:
         while the view of the cluster is stale."""
         while not self.stop_event.wait(SWEEP_INTERVAL_SECONDS):
             try:
-                self.ledger.sweep()
+                self.engine.sweep()
                 self.answer_held_if_stale()
             except Exception:  # the sweeper must survive anything; the next tick retries
                 log.exception("gang sweep failed")

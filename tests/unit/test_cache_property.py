@@ -18,8 +18,9 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from extender.cluster.fit import placement_failure, placement_from_spec, shortfall
+from extender.cluster.fit import placement_failure, shortfall
 from extender.cluster.model import GangPolicy, GroupKind, PodRecord
+from extender.cluster.records import placement_from_spec
 from extender.protocol import FilterResult
 from tests.builders import (
     FakeClock,

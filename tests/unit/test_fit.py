@@ -6,17 +6,9 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.fit import (
-    NO_PLACEMENT,
-    UNSCHEDULABLE_TAINT,
-    Placement,
-    Requirement,
-    Toleration,
-    placement_failure,
-    placement_from_spec,
-    shortfall,
-)
-from extender.cluster.model import NodeRecord, Taint
+from extender.cluster.fit import UNSCHEDULABLE_TAINT, placement_failure, shortfall
+from extender.cluster.model import NO_PLACEMENT, NodeRecord, Placement, Requirement, Taint, Toleration
+from extender.cluster.records import placement_from_spec
 
 NODE_SELECTOR_MISMATCH = "node does not match the pod's nodeSelector"
 AFFINITY_MISMATCH = "node does not match the pod's required node affinity"

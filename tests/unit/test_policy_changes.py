@@ -57,7 +57,7 @@ def binds(h: Harness) -> Iterator[Binds]:
     yield runner
     h.binder.gate.set()
     h.clock.advance(10_000)
-    h.ledger.sweep()
+    h.engine.sweep()
     runner.join()
 
 
@@ -97,7 +97,7 @@ def test_lowering_min_count_wakes_the_waiting_members_and_lets_them_pass(h: Harn
     assert not h.engine.filter(filter_args(members[0], NODES4)).feasible
     woken.clear()
     set_min_count(h, 3)
-    h.ledger.sweep()
+    h.engine.sweep()
     assert sorted(woken) == ["m0", "m1", "m2"]  # kube-scheduler does not watch PodGroups: nudge the pods
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
 
@@ -110,7 +110,7 @@ def test_podgroup_created_after_its_pods_wakes_them(h: Harness) -> None:
     assert not h.engine.filter(filter_args(members[0], NODES4)).feasible  # PodGroup does not exist
     assert woken == []
     h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(2))
-    h.ledger.sweep()
+    h.engine.sweep()
     assert sorted(woken) == ["m0", "m1"]
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
 
@@ -127,7 +127,7 @@ def test_lowering_min_count_releases_the_binds_already_held(h: Harness, binds: B
         wait_until(lambda i=i: h.ledger.held_count() == i + 1)
     assert h.binder.calls == []
     set_min_count(h, 4)
-    h.ledger.sweep()
+    h.engine.sweep()
     assert binds.join() == {"m0": "", "m1": "", "m2": "", "m3": ""}
     assert sorted(c[1] for c in h.binder.calls) == ["m0", "m1", "m2", "m3"]
     state = h.ledger.state(GANG)
@@ -157,7 +157,7 @@ def test_raising_min_count_of_an_admitted_gang_without_holds_replans(h: Harness)
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
     assert len(h.mirror.reservation(GANG)) == 2
     set_min_count(h, 4)
-    h.ledger.sweep()
+    h.engine.sweep()
     state = h.ledger.state(GANG)
     assert state is not None and state.admitted_at is None and h.mirror.reservation(GANG) == {}
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
@@ -173,7 +173,7 @@ def test_lowering_min_count_of_an_admitted_gang_shrinks_its_reservation(h: Harne
     wait_until(lambda: h.ledger.held_count() == 1)
     assert len(h.mirror.reservation(GANG)) == 3
     set_min_count(h, 3)
-    h.ledger.sweep()
+    h.engine.sweep()
     assert len(h.mirror.reservation(GANG)) == 2  # 1 held + 2 reserved = 3
 
 
@@ -187,7 +187,7 @@ def test_podgroup_turning_basic_releases_what_it_held(h: Harness, binds: Binds) 
     basic = podgroup(4)
     basic["spec"]["schedulingPolicy"] = {"basic": {}}
     h.mirror.upsert_group(GroupKind.PODGROUP, basic)
-    h.ledger.sweep()
+    h.engine.sweep()
     assert binds.join() == {"m0": ""}
     assert h.engine.bind(bind_args(members[1], "n2")) == ""  # and later members bind at once
 
@@ -200,7 +200,7 @@ def test_admission_and_timeout_statuses(h: Harness, binds: Binds) -> None:
     binds.start(members[0], "n1")
     wait_until(lambda: h.ledger.held_count() == 1)
     h.clock.advance(31)
-    h.ledger.sweep()
+    h.engine.sweep()
     binds.join()
     phases = statuses(h).phases()
     assert phases == [GangPhase.SCHEDULING, GangPhase.WAITING]

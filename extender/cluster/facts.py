@@ -1,0 +1,46 @@
+"""PodFacts: what the extender reads from one request's raw pod, each fact read once (pure).
+
+Owns: reading a request's pod lazily and at most once per request: its gang link, its record
+(requests, gang, placement fields), its placement constraints and its scheduling signature. A cache
+hit whose nodes did not change reads only the signature. Must not: keep state beyond one request or
+do I/O; errors of the readers (``GroupError``, ``RecordError``, ``QuantityError``) reach the caller.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from extender.cluster.groups import PodLink, pod_link
+from extender.cluster.model import Placement, PodRecord
+from extender.cluster.records import linked_pod_record, placement_from_spec
+from extender.cluster.signature import signature
+
+
+class PodFacts:
+    """The facts of one raw pod, each read on first use."""
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.raw = raw
+
+    @functools.cached_property
+    def link(self) -> PodLink | None:
+        """The pod's gang link (raises GroupError for a malformed one)."""
+        return pod_link(self.raw)
+
+    @functools.cached_property
+    def record(self) -> PodRecord:
+        """The pod's record (raises RecordError or QuantityError for a malformed pod)."""
+        return linked_pod_record(self.raw, self.link)
+
+    @functools.cached_property
+    def placement(self) -> Placement:
+        if self.record.placement is not None:
+            return self.record.placement
+        spec = self.raw.get("spec")  # a request pod that names a node: its record keeps no placement
+        return placement_from_spec(spec if isinstance(spec, dict) else {})
+
+    @functools.cached_property
+    def signature(self) -> bytes | None:
+        return signature(self.raw)
