@@ -35,7 +35,8 @@ from extender.cluster.quantity import QuantityError
 from extender.cluster.records import RecordError
 from extender.engine.ports import Binder, BindError, ReleaseLog, ReleaseNotRecordedError
 from extender.gangs import rules
-from extender.gangs.ledger import BindAction, GangLedger, Hold
+from extender.gangs.book import Hold
+from extender.gangs.ledger import BindAction, GangLedger
 from extender.protocol import BindArgs, FilterArgs, FilterResult, ProtocolError, check_node_names
 
 log = logging.getLogger(__name__)
