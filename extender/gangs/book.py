@@ -144,6 +144,18 @@ class GangBook:
         with self.lock:
             return sum(1 for s in self._gangs.values() if s.admitted_at is not None)
 
+    def gang_of(self, pod: PodRecord) -> tuple[GangKey | None, GangPolicy | None]:
+        """(gang, policy) of a gang member; (gang, None) while its group definition is not seen yet;
+        (None, None) for a pod of no gang or of a non-gang ("basic") group."""
+        if pod.gang is None:
+            return None, None
+        exists, policy = self.mirror.gang_policy(pod.gang)
+        if not exists and pod.link_policy is not None:
+            exists, policy = True, pod.link_policy
+        if exists and policy is None:
+            return None, None
+        return pod.gang, policy
+
     def timeout_for(self, policy: GangPolicy) -> float:
         return policy.timeout_seconds or self.timeout_seconds
 

@@ -56,6 +56,19 @@ class GangLedger(GangExpiry):
     """Admission and the bind barrier, over the clock and the book."""
 
     # ----------------------------------------------------------------------------- admission
+    def gate(self, pod: PodRecord) -> tuple[GangKey | None, Verdict]:
+        """The pod's gang and whether it may be placed now: the quorum gate (its group is defined and
+        enough members exist), then admission. (None, PASS) for a pod of no gang."""
+        with self.lock:
+            gang, policy = self.gang_of(pod)
+            if gang is None:
+                return None, PASS
+            count = self.mirror.member_count(gang) + (0 if self.mirror.is_member(gang, pod.uid) else 1)
+            verdict = rules.quorum(gang, policy is not None, policy, count)
+            if verdict.passes and policy is not None:
+                verdict = self.admission(gang, policy, pod)
+            return gang, verdict
+
     def admission(self, gang: GangKey, policy: GangPolicy, pod: PodRecord | None = None) -> Verdict:
         """Admit the gang if the rest of it fits; PASS for an admitted or complete gang.
 
