@@ -249,7 +249,7 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def _lease_problems(settings: Settings) -> list[str]:
-    """The leader election settings (checked as ``leader.ElectionConfig`` does: the leader must stop
+    """The leader election settings (checked as ``lease.ElectionConfig`` does: the leader must stop
     acting before a standby may take over)."""
     problems = []
     if settings.leader_election not in ("on", "off"):
