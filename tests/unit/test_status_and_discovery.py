@@ -1,5 +1,5 @@
 """StatusWriter (off the hot path, latest wins, rate-limited, leaves other managers' status alone),
-the runtime's status rendering, and GroupWatches (the newest served version of each group API,
+the status rendering (wiring/reporting.py), and GroupWatches (the newest served version of each group API,
 followed as CRDs come and go)."""
 
 from __future__ import annotations
