@@ -181,6 +181,12 @@ def scheduler_names(settings: Settings) -> frozenset[str]:
 
 def validate(settings: Settings) -> list[str]:
     """Every problem with ``settings``; empty when valid."""
+    return (_value_problems(settings) + _file_problems(settings) + _lease_problems(settings)
+            + _serving_problems(settings))
+
+
+def _value_problems(settings: Settings) -> list[str]:
+    """Numbers out of range and unknown choices."""
     problems = []
     if not 0 < settings.port < 65536:
         problems.append(f"port must be 1..65535, got {settings.port}")
@@ -218,6 +224,13 @@ def validate(settings: Settings) -> list[str]:
         problems.append(f"watch-stale-seconds must be 1..3600, got {settings.watch_stale_seconds}")
     if settings.group_status not in ("on", "off"):
         problems.append(f"group-status must be on or off, got {settings.group_status!r}")
+    return problems
+
+
+def _file_problems(settings: Settings) -> list[str]:
+    """Files to write whose directory is missing or not writable, files to read that do not exist, TLS
+    settings given without the ones they need."""
+    problems = []
     for name in ("record_file", "release_journal"):
         path = getattr(settings, name)
         if path is None:
@@ -241,7 +254,7 @@ def validate(settings: Settings) -> list[str]:
         path = getattr(settings, name)
         if path is not None and not os.path.isfile(path):
             problems.append(f"{name.replace('_', '-')}: no such file {path!r}")
-    return problems + _lease_problems(settings) + _serving_problems(settings)
+    return problems
 
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -249,7 +262,7 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def _lease_problems(settings: Settings) -> list[str]:
-    """The leader election settings (checked as ``leader.ElectionConfig`` does: the leader must stop
+    """The leader election settings (checked as ``lease.ElectionConfig`` does: the leader must stop
     acting before a standby may take over)."""
     problems = []
     if settings.leader_election not in ("on", "off"):

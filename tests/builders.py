@@ -2,7 +2,7 @@
 
 Objects are plain camelCase dicts as the API server serves them (what the mirror and the engine read).
 The doubles (``FakeClock``, ``FakeBinder``, ``EventLog``) and ``make_engine`` wire an engine the way
-``extender.wiring.runtime._core`` does, with every I/O edge replaced.
+``extender.wiring.composition.compose`` does, with every I/O edge replaced.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ class EventLog:
 
 @dataclass
 class Harness:
-    """An engine wired like ``runtime._core`` with fakes at every edge."""
+    """An engine wired like ``composition.compose`` with fakes at every edge."""
 
     mirror: ClusterMirror
     cache: FilterCache

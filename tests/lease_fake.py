@@ -1,4 +1,4 @@
-"""An in-memory Lease API at our own seam (``extender.kube.leader.LeaseApi``), for the elector's unit tests.
+"""An in-memory Lease API at our own seam (``extender.kube.lease.LeaseApi``), for the elector's unit tests.
 
 It keeps what the API server guarantees and the elector relies on: every write bumps the
 resourceVersion; a PUT whose metadata.resourceVersion is not the stored one is refused with 409; a

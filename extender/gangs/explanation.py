@@ -100,6 +100,28 @@ class GangFacts:
     template: str = ""
 
 
+def _state(facts: GangFacts, placed: int, holding: bool) -> str:
+    """The gang's state name: the first that applies, from the group missing to waiting for capacity."""
+    policy = facts.policy
+    if not facts.exists:
+        return "GroupMissing"
+    if policy is None:
+        return "NotAGang"
+    if placed >= policy.min_count:
+        return "Complete"
+    if facts.never_fits:
+        return "NeverFits"
+    if facts.backoff_in > 0 and not facts.admitted:
+        return "BackingOff"
+    if holding:
+        return "Holding"
+    if facts.admitted:
+        return "Admitted"
+    if len(facts.members) < policy.min_count:
+        return "WaitingForMembers"
+    return "WaitingForCapacity"
+
+
 def explain(facts: GangFacts, nodes: Sequence[NodeRecord],
             free_of: Callable[[NodeRecord], Resources]) -> dict[str, Any]:
     """The JSON-ready explanation of one gang (``GET /explain``, ``gang-extender explain``)."""
@@ -111,24 +133,7 @@ def explain(facts: GangFacts, nodes: Sequence[NodeRecord],
     pending = [p for p in facts.members if not p.bound and p.uid not in facts.held and p.uid not in facts.placements]
     placed = len(bound) + len(binding)
     shortfall: Shortfall | None = None
-    if not facts.exists:
-        state = "GroupMissing"
-    elif policy is None:
-        state = "NotAGang"
-    elif placed >= policy.min_count:
-        state = "Complete"
-    elif facts.never_fits:
-        state = "NeverFits"
-    elif facts.backoff_in > 0 and not facts.admitted:
-        state = "BackingOff"
-    elif held:
-        state = "Holding"
-    elif facts.admitted:
-        state = "Admitted"
-    elif len(facts.members) < policy.min_count:
-        state = "WaitingForMembers"
-    else:
-        state = "WaitingForCapacity"
+    state = _state(facts, placed, bool(held))
     if policy is not None and state not in ("Complete", "GroupMissing", "NotAGang"):
         needed = max(policy.min_count - placed - len(held), 0)
         chosen = pick_for_reservation(pending, needed)

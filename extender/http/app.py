@@ -18,7 +18,8 @@ from extender.config import Settings
 from extender.files.recording import RequestRecorder
 from extender.http import routes
 from extender.http.metrics import Metrics
-from extender.wiring.runtime import Runtime, build
+from extender.wiring.composition import build
+from extender.wiring.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -35,70 +35,90 @@ class _StateCollector:
 
     def collect(self) -> Iterator[Metric]:
         rt = self.runtime
-        stats = rt.cache.stats()
-        for name, value, text in (
-            ("hits", stats["hits"], "Filter requests answered from a cached signature entry"),
-            ("misses", stats["misses"], "Signable filter requests with no cached entry"),
-            ("unsignable", stats["unsignable"], "Filter requests whose pod cannot share results"),
-            ("refreshed_nodes", stats["refreshed_nodes"], "Node verdicts recomputed in cached entries"),
-        ):
-            yield CounterMetricFamily(f"gang_extender_filter_cache_{name}", text, value=value)
-        yield CounterMetricFamily("gang_extender_filter_steered",
-                                  "Filter requests of gang members answered with the nodes of their gang's "
-                                  "reservation, without a cache lookup", value=rt.engine.steered)
-        flushes = CounterMetricFamily("gang_extender_filter_cache_flushes",
-                                      "Cache entries dropped, by reason", labels=["reason"])
-        for reason in rt.cache.REASONS:
-            flushes.add_metric([reason], stats["flushes"].get(reason, 0))
-        yield flushes
-        yield GaugeMetricFamily("gang_extender_filter_cache_entries", "Signatures cached",
-                                value=stats["entries"])
-        for name, value in rt.ledger.counters.items():
-            yield CounterMetricFamily(f"gang_extender_gangs_{name}", f"Gangs {name.replace('_', ' ')}",
-                                      value=value)
-        if rt.leadership is not None:
-            yield GaugeMetricFamily("gang_extender_leader", "1 while this replica leads (--leader-election on)",
-                                    value=1 if rt.leadership.is_leader() else 0)
-        yield GaugeMetricFamily("gang_extender_held_bind_demand",
-                                "Binds admitted gangs may hold at once (held now + reserved members to come)",
-                                value=rt.ledger.held_demand())
-        if rt.ledger.max_held_binds is not None:
-            yield GaugeMetricFamily("gang_extender_held_bind_limit",
-                                    "Most binds gangs may hold at once (--threads less headroom)",
-                                    value=rt.ledger.max_held_binds)
-        yield GaugeMetricFamily("gang_extender_held_binds", "Bind requests held at gang barriers",
-                                value=rt.ledger.held_count())
-        yield GaugeMetricFamily("gang_extender_admitted_gangs", "Gangs holding a reservation",
-                                value=rt.ledger.admitted_count())
-        yield GaugeMetricFamily("gang_extender_mirror_nodes", "Nodes in the mirror", value=len(rt.mirror.nodes))
-        yield GaugeMetricFamily("gang_extender_mirror_pods", "Pods in the mirror", value=rt.mirror.pod_count)
-        yield CounterMetricFamily("gang_extender_mirror_rejected_objects", "Objects too malformed to mirror",
-                                  value=rt.mirror.rejected_objects)
-        synced = GaugeMetricFamily("gang_extender_watch_synced", "Watch listed and healthy",
-                                   labels=["resource"])
-        relists = CounterMetricFamily("gang_extender_watch_relists", "Full relists", labels=["resource"])
-        errors = CounterMetricFamily("gang_extender_watch_errors", "List/watch failures", labels=["resource"])
-        for r in rt.reflectors:
-            synced.add_metric([r.name], 1 if r.synced.is_set() and r.healthy else 0)
-            relists.add_metric([r.name], r.relists)
-            errors.add_metric([r.name], r.errors)
-        yield synced
-        yield relists
-        yield errors
-        events = CounterMetricFamily("gang_extender_events", "Kubernetes Events", labels=["outcome"])
-        events.add_metric(["sent"], rt.events.sent)
-        events.add_metric(["dropped"], rt.events.dropped)
-        events.add_metric(["failed"], rt.events.failed)
-        yield events
-        wakes = CounterMetricFamily("gang_extender_pod_wakes", "Pending pods nudged to be retried",
-                                    labels=["outcome"])
-        wakes.add_metric(["sent"], rt.waker.sent)
-        wakes.add_metric(["dropped"], rt.waker.dropped)
-        wakes.add_metric(["failed"], rt.waker.failed)
-        yield wakes
-        if rt.status is not None:
-            writes = CounterMetricFamily("gang_extender_group_status_writes",
-                                         "Group object status writes (PodGroup condition / phase)", labels=["outcome"])
-            for outcome, value in sorted(rt.status.counts.items()):
-                writes.add_metric([outcome], value)
-            yield writes
+        yield from _filter_metrics(rt)
+        yield from _gang_metrics(rt)
+        yield from _mirror_metrics(rt)
+        yield from _writer_metrics(rt)
+
+
+def _filter_metrics(rt: Runtime) -> Iterator[Metric]:
+    """The filter cache's counters and the steered filters."""
+    stats = rt.cache.stats()
+    for name, value, text in (
+        ("hits", stats["hits"], "Filter requests answered from a cached signature entry"),
+        ("misses", stats["misses"], "Signable filter requests with no cached entry"),
+        ("unsignable", stats["unsignable"], "Filter requests whose pod cannot share results"),
+        ("refreshed_nodes", stats["refreshed_nodes"], "Node verdicts recomputed in cached entries"),
+    ):
+        yield CounterMetricFamily(f"gang_extender_filter_cache_{name}", text, value=value)
+    yield CounterMetricFamily("gang_extender_filter_steered",
+                              "Filter requests of gang members answered with the nodes of their gang's "
+                              "reservation, without a cache lookup", value=rt.engine.steered)
+    flushes = CounterMetricFamily("gang_extender_filter_cache_flushes",
+                                  "Cache entries dropped, by reason", labels=["reason"])
+    for reason in rt.cache.REASONS:
+        flushes.add_metric([reason], stats["flushes"].get(reason, 0))
+    yield flushes
+    yield GaugeMetricFamily("gang_extender_filter_cache_entries", "Signatures cached",
+                            value=stats["entries"])
+
+
+def _gang_metrics(rt: Runtime) -> Iterator[Metric]:
+    """The ledger's counters, held binds and their limit, admitted gangs, leadership."""
+    for name, value in rt.ledger.counters.items():
+        yield CounterMetricFamily(f"gang_extender_gangs_{name}", f"Gangs {name.replace('_', ' ')}",
+                                  value=value)
+    if rt.leadership is not None:
+        yield GaugeMetricFamily("gang_extender_leader", "1 while this replica leads (--leader-election on)",
+                                value=1 if rt.leadership.is_leader() else 0)
+    yield GaugeMetricFamily("gang_extender_held_bind_demand",
+                            "Binds admitted gangs may hold at once (held now + reserved members to come)",
+                            value=rt.ledger.held_demand())
+    if rt.ledger.max_held_binds is not None:
+        yield GaugeMetricFamily("gang_extender_held_bind_limit",
+                                "Most binds gangs may hold at once (--threads less headroom)",
+                                value=rt.ledger.max_held_binds)
+    yield GaugeMetricFamily("gang_extender_held_binds", "Bind requests held at gang barriers",
+                            value=rt.ledger.held_count())
+    yield GaugeMetricFamily("gang_extender_admitted_gangs", "Gangs holding a reservation",
+                            value=rt.ledger.admitted_count())
+
+
+def _mirror_metrics(rt: Runtime) -> Iterator[Metric]:
+    """The mirror's size and rejected objects, and the health of each watch feeding it."""
+    yield GaugeMetricFamily("gang_extender_mirror_nodes", "Nodes in the mirror", value=len(rt.mirror.nodes))
+    yield GaugeMetricFamily("gang_extender_mirror_pods", "Pods in the mirror", value=rt.mirror.pod_count)
+    yield CounterMetricFamily("gang_extender_mirror_rejected_objects", "Objects too malformed to mirror",
+                              value=rt.mirror.rejected_objects)
+    synced = GaugeMetricFamily("gang_extender_watch_synced", "Watch listed and healthy",
+                               labels=["resource"])
+    relists = CounterMetricFamily("gang_extender_watch_relists", "Full relists", labels=["resource"])
+    errors = CounterMetricFamily("gang_extender_watch_errors", "List/watch failures", labels=["resource"])
+    for r in rt.reflectors:
+        synced.add_metric([r.name], 1 if r.synced.is_set() and r.healthy else 0)
+        relists.add_metric([r.name], r.relists)
+        errors.add_metric([r.name], r.errors)
+    yield synced
+    yield relists
+    yield errors
+
+
+def _writer_metrics(rt: Runtime) -> Iterator[Metric]:
+    """What the Event, wake-up and group status writers sent, dropped or failed."""
+    events = CounterMetricFamily("gang_extender_events", "Kubernetes Events", labels=["outcome"])
+    events.add_metric(["sent"], rt.events.sent)
+    events.add_metric(["dropped"], rt.events.dropped)
+    events.add_metric(["failed"], rt.events.failed)
+    yield events
+    wakes = CounterMetricFamily("gang_extender_pod_wakes", "Pending pods nudged to be retried",
+                                labels=["outcome"])
+    wakes.add_metric(["sent"], rt.waker.sent)
+    wakes.add_metric(["dropped"], rt.waker.dropped)
+    wakes.add_metric(["failed"], rt.waker.failed)
+    yield wakes
+    if rt.status is not None:
+        writes = CounterMetricFamily("gang_extender_group_status_writes",
+                                     "Group object status writes (PodGroup condition / phase)", labels=["outcome"])
+        for outcome, value in sorted(rt.status.counts.items()):
+            writes.add_metric([outcome], value)
+        yield writes

@@ -19,7 +19,7 @@ FDS_BESIDES_CONNECTIONS = 128  # listening socket, watches, API connection pool,
 
 def worker_connections(threads: int) -> int:
     """The worker's connection cap: it bounds file descriptors, never who gets in. At the cap the worker
-    (extender/http/serving.py) closes the oldest unfinished or idle connection to accept the next one, so
+    (extender/http/connections.py) closes the oldest unfinished or idle connection to accept the next one, so
     kube-scheduler is not refused however many idle or slow connections others open."""
     return threads + KEEPALIVE_CONNECTIONS
 
@@ -44,10 +44,10 @@ def ensure_open_files(threads: int) -> tuple[int, int]:
 def serve(settings: config.Settings) -> None:
     from gunicorn.app.base import BaseApplication
 
-    from extender.http import framing, serving
+    from extender.http import connections, framing, serving
     from extender.http.app import create_app  # looked up now: bench/filter_latency.py wraps it
 
-    limits = serving.Limits(framing.BodyCaps(settings.max_body_bytes, settings.max_full_nodes_body_bytes),
+    limits = connections.Limits(framing.BodyCaps(settings.max_body_bytes, settings.max_full_nodes_body_bytes),
                             settings.client_timeout_seconds, settings.request_buffer_bytes)
 
     class _Gunicorn(BaseApplication):  # type: ignore[misc]

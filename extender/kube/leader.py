@@ -5,7 +5,8 @@ the holder's ``leaseDurationSeconds``, renewing it every retry period, handing i
 ``is_leader()``; and *every* write to that Lease. Renewals and the writes of parts attached to the
 Lease (``attach``: the release intents of ``extender.kube.intents``) go through one lock and carry the
 resourceVersion last seen, so the API server refuses (409) a write by a replica that lost the Lease in
-the meantime. Must not: decide scheduling, bind pods, or touch any object but its Lease.
+the meantime. Must not: decide scheduling, bind pods, or touch any object but its Lease; it reaches the
+Lease only through ``lease.LeaseApi`` (``lease`` also holds the settings and the Lease's fields).
 
 Timing (the semantics of client-go's ``tools/leaderelection``, written anew; the clock is our own
 monotonic one, never the timestamps in the Lease, which another machine's clock wrote):
@@ -28,26 +29,17 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
-import os
 import random
-import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import quote
+from typing import Any
 
-from extender.kube.client import KubeClient, KubeError
+from extender.kube.client import KubeError
+from extender.kube.lease import JITTER, ElectionConfig, LeaseApi, lease_duration, micro_time, new_identity
 
 log = logging.getLogger(__name__)
-
-JITTER = 1.2  # a candidate retries after retry_period x uniform(1, JITTER)
-SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 class LeaseWriteError(Exception):
@@ -66,99 +58,6 @@ class FencedError(LeaseWriteError):
 
 class LeaseWriteFailedError(LeaseWriteError):
     """The write failed or timed out (the server may or may not have applied it)."""
-
-
-class LeaseApi(Protocol):
-    """The seam to the API server: raw Lease objects, errors as ``KubeError`` (409: conflict)."""
-
-    def get(self, namespace: str, name: str, timeout: float) -> dict[str, Any] | None: ...
-
-    def create(self, namespace: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]: ...
-
-    def replace(self, namespace: str, name: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]: ...
-
-
-class KubeLeaseApi:
-    """``LeaseApi`` over our API client: GET, POST and PUT (the PUT carries metadata.resourceVersion,
-    which the server checks). RBAC: leases get, create, update in the Lease's namespace."""
-
-    def __init__(self, kube: KubeClient) -> None:
-        self.kube = kube
-
-    @staticmethod
-    def _path(namespace: str, name: str = "") -> str:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
-        return f"{path}/{quote(name, safe='')}" if name else path
-
-    def get(self, namespace: str, name: str, timeout: float) -> dict[str, Any] | None:
-        try:
-            lease: dict[str, Any] = self.kube.request("GET", self._path(namespace, name), timeout=timeout)
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return lease
-
-    def create(self, namespace: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
-        created: dict[str, Any] = self.kube.request("POST", self._path(namespace), body=dict(body),
-                                                    timeout=timeout)
-        return created
-
-    def replace(self, namespace: str, name: str, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
-        replaced: dict[str, Any] = self.kube.request("PUT", self._path(namespace, name), body=dict(body),
-                                                     timeout=timeout)
-        return replaced
-
-
-@dataclass(frozen=True, slots=True)
-class ElectionConfig:
-    namespace: str
-    name: str
-    lease_duration: float = 15.0  # seconds a candidate waits on an unchanged Lease before taking it
-    renew_deadline: float = 10.0  # seconds the leader leads after sending its last successful write
-    retry_period: float = 2.0     # seconds between renewals, and between a candidate's tries
-
-    def problems(self) -> list[str]:
-        found = [f"{label} must be a finite number > 0, got {value}"
-                 for label, value in (("lease duration", self.lease_duration),
-                                      ("renew deadline", self.renew_deadline),
-                                      ("retry period", self.retry_period))
-                 if not (value > 0 and math.isfinite(value))]
-        if found:
-            return found
-        if not self.lease_duration > self.renew_deadline:
-            found.append(f"lease duration ({self.lease_duration}) must be greater than the renew deadline "
-                         f"({self.renew_deadline}): the leader must stop acting before another may take over")
-        if not self.renew_deadline > JITTER * self.retry_period:
-            found.append(f"renew deadline ({self.renew_deadline}) must be greater than {JITTER} x the retry "
-                         f"period ({self.retry_period}): a leader needs more than one try to renew")
-        if self.lease_duration != int(self.lease_duration):
-            found.append(f"lease duration must be whole seconds (Lease leaseDurationSeconds), got "
-                         f"{self.lease_duration}")
-        return found
-
-
-def new_identity() -> str:
-    """Unique per process: two replicas on one host share a hostname, and a restarted process must
-    not pass for its predecessor (it would renew a Lease it never acquired)."""
-    return f"{socket.gethostname()}_{os.getpid()}_{secrets.token_hex(4)}"
-
-
-def default_namespace(path: Path = SA_NAMESPACE_FILE) -> str:
-    """The namespace of the pod's service account when running in a cluster, else ``default``."""
-    try:
-        return path.read_text().strip() or "default"
-    except OSError:
-        return "default"
-
-
-def _micro_time(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _duration(lease: Mapping[str, Any], fallback: float) -> float:
-    value = (lease.get("spec") or {}).get("leaseDurationSeconds")
-    return float(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else fallback
 
 
 Adopt = Callable[[str | None], None]  # given the annotation's value in the Lease just acquired
@@ -330,7 +229,7 @@ class LeaderElector:
         annotations.update(overrides)
         metadata["annotations"] = {key: value for key, value in annotations.items() if value is not None}
         spec = body.setdefault("spec", {})
-        now = _micro_time(self.wall())
+        now = micro_time(self.wall())
         spec.update(holderIdentity=holder, renewTime=now,
                     leaseDurationSeconds=duration or int(self.config.lease_duration))
         if acquired:
@@ -392,14 +291,14 @@ class LeaderElector:
         now = self.clock()  # after the read: the change it shows happened before now, never after
         self._seen(lease, now)
         holder = self.holder
-        expires = self._observed[1] + _duration(lease, self.config.lease_duration)
+        expires = self._observed[1] + lease_duration(lease, self.config.lease_duration)
         if holder and holder != self.identity and now < expires:
             return  # held, and changed within its duration
         self._put(lease, self.identity, timeout, {}, acquired=True)
         self._won(lease)
 
     def _create(self, timeout: float) -> None:
-        now = _micro_time(self.wall())
+        now = micro_time(self.wall())
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.config.name, "namespace": self.config.namespace},
                 "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.config.lease_duration),

@@ -23,7 +23,8 @@ from controlplane import ControlPlane, wait_for
 from extender.files.journal import JournalPod
 from extender.kube.client import KubeClient
 from extender.kube.intents import KEY, IntentNotRecordedError, ReleaseIntents
-from extender.kube.leader import ElectionConfig, FencedError, KubeLeaseApi, LeaderElector
+from extender.kube.leader import FencedError, LeaderElector
+from extender.kube.lease import ElectionConfig, KubeLeaseApi
 
 pytestmark = pytest.mark.e2e
 
@@ -170,7 +171,8 @@ LEADER_PROCESS = """
 import sys, time
 from extender.kube.intents import ReleaseIntents
 from extender.kube.client import KubeClient
-from extender.kube.leader import ElectionConfig, KubeLeaseApi, LeaderElector
+from extender.kube.leader import LeaderElector
+from extender.kube.lease import ElectionConfig, KubeLeaseApi
 config = ElectionConfig(sys.argv[2], sys.argv[3], lease_duration=4, renew_deadline=2.5, retry_period=0.5)
 elector = LeaderElector(KubeLeaseApi(KubeClient(sys.argv[1])), config)
 intents = ReleaseIntents(elector)

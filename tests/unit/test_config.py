@@ -277,7 +277,7 @@ def test_issue11_lease_settings_are_validated(args: dict[str, str], problem: str
 
 
 def test_issue11_lease_settings_defaults_are_valid_for_the_elector() -> None:
-    from extender.kube.leader import ElectionConfig
+    from extender.kube.lease import ElectionConfig
 
     settings = load({"leader_election": "on", "lease_namespace": "gang-scheduler"}, {})
     assert (settings.lease_name, settings.lease_duration_seconds, settings.lease_renew_deadline_seconds,

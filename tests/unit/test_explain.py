@@ -19,7 +19,8 @@ from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, Nod
 from extender.cluster.records import pod_record
 from extender.config import Settings
 from extender.gangs import explanation, planner
-from extender.wiring.runtime import GroupWatches, from_snapshot
+from extender.wiring.composition import from_snapshot
+from extender.wiring.discovery import GroupWatches
 from tests.builders import Harness, filter_args, make_engine, node, pod
 from tests.unit.test_engine import Binds, wait_until
 

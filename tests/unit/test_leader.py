@@ -9,15 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from extender.kube.leader import (
-    ElectionConfig,
-    FencedError,
-    LeaderElector,
-    LeaseWriteFailedError,
-    NotLeaderError,
-    default_namespace,
-    new_identity,
-)
+from extender.kube.leader import FencedError, LeaderElector, LeaseWriteFailedError, NotLeaderError
+from extender.kube.lease import ElectionConfig, default_namespace, new_identity
 from tests.lease_fake import Clock, FakeLeaseApi, FakeLeases
 
 CONFIG = ElectionConfig("ns", "lease", lease_duration=15, renew_deadline=10, retry_period=2)

@@ -15,9 +15,10 @@ import pytest
 
 from extender.config import Settings
 from extender.kube.intents import ReleaseIntents
-from extender.kube.leader import ElectionConfig, LeaderElector
+from extender.kube.leader import LeaderElector
+from extender.kube.lease import ElectionConfig
+from extender.wiring.composition import from_snapshot
 from extender.wiring.leadership import NOT_LEADER, PENDING_IDLE_SECONDS, Leadership
-from extender.wiring.runtime import from_snapshot
 from tests.builders import Harness, bind_args, coscheduling_podgroup, filter_args, make_engine, node, pod
 from tests.lease_fake import Clock, FakeLeases
 

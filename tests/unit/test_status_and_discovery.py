@@ -1,5 +1,5 @@
 """StatusWriter (off the hot path, latest wins, rate-limited, leaves other managers' status alone),
-the runtime's status rendering, and GroupWatches (the newest served version of each group API,
+the status rendering (wiring/reporting.py), and GroupWatches (the newest served version of each group API,
 followed as CRDs come and go)."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GangPhase, GangStatus, GroupKind, GroupRef
 from extender.kube.client import KubeError
 from extender.kube.status import CONFLICT, SENT, SKIPPED, StatusWriter
-from extender.wiring.runtime import GroupWatches, status_writer
+from extender.wiring.discovery import GroupWatches
+from extender.wiring.reporting import status_writer
 from tests.builders import FakeClock, coscheduling_podgroup, node, pod
 
 PG = GroupRef(GroupKind.PODGROUP, "ml", "pg")
@@ -280,7 +281,7 @@ def test_gang_waiting_events_ignore_changing_counts() -> None:
 
 def test_gang_events_go_once_per_gang_to_its_group_object() -> None:
     from extender.cluster.records import pod_record
-    from extender.wiring.runtime import gang_event_targets
+    from extender.wiring.reporting import gang_event_targets
     from tests.builders import workload
 
     mirror = ClusterMirror()

@@ -24,7 +24,8 @@ from extender.engine.verbs import REPLY_MESSAGES
 from extender.gangs.ledger import BindAction
 from extender.kube.watching import Reflector
 from extender.protocol import MAX_NODES_PER_REQUEST, ProtocolError, parse_filter_args
-from extender.wiring.runtime import Runtime, from_snapshot
+from extender.wiring.composition import from_snapshot
+from extender.wiring.runtime import Runtime
 from tests.builders import (
     Harness,
     bind_args,

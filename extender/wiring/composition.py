@@ -1,0 +1,202 @@
+"""Composition: builds a ``Runtime`` for the API server or for a snapshot file.
+
+Owns: creating mirror + cache + ledger + engine and the writers, and wiring them to either the API
+server (credentials, the release journal or the release intents on the leader's Lease, the elector,
+every write gated on leading, the feeds and group discovery run by the ``discovery`` thread) or a
+snapshot file read once. Must not: serve HTTP, decide gang rules, or hold state after it returns (the
+``Runtime`` and the threads it starts hold it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from extender import config
+from extender.cluster.cache import FilterCache
+from extender.cluster.mirror import ClusterMirror
+from extender.config import Settings
+from extender.engine.ports import Binder, ReleaseLog
+from extender.engine.verbs import Engine
+from extender.files import snapshot
+from extender.files.journal import ReleaseJournal
+from extender.gangs.ledger import GangLedger
+from extender.kube.binder import KubeBinder
+from extender.kube.client import KubeClient, KubeError
+from extender.kube.events import EventRecorder, PodWaker, log_sink
+from extender.kube.intents import ReleaseIntents
+from extender.kube.leader import LeaderElector
+from extender.kube.lease import ElectionConfig, KubeLeaseApi, default_namespace
+from extender.kube.status import StatusWriter
+from extender.wiring.discovery import GroupWatches
+from extender.wiring.feeds import MirrorFeeds
+from extender.wiring.leadership import Leadership
+from extender.wiring.reporting import GangReports, status_writer
+from extender.wiring.runtime import API_PROBE_SECONDS, Runtime, freeze_heap
+
+log = logging.getLogger(__name__)
+
+INTENT_BYTES_PER_MEMBER = 160
+"""A release intent's bytes per member, with room to spare (namespace, name, uid, node and JSON: ~100
+for typical names): 128 KiB hold the release of 819 members, the 240 KiB maximum 1,536."""
+
+Sink = Callable[[dict[str, str], str, str, str], None]
+Patch = Callable[[str, str, dict[str, str]], None]
+
+
+def held_bind_budget(threads: int) -> int:
+    """Binds gangs may hold at once: the worker threads less headroom kept for filter, prioritize,
+    bind of non-gang pods, probes and /metrics."""
+    return max(threads - max(8, threads // 8), 1)
+
+
+def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror], Binder], sink: Sink,
+            patch: Patch, apply_status: Callable[[dict[str, Any]], None] | None = None,
+            release_log: ReleaseLog | None = None, journal: ReleaseJournal | None = None,
+            may_act: Callable[[], bool] = lambda: True) -> Runtime:
+    """The mirror, cache, ledger, engine and writers of one extender, wired together (nothing started)."""
+    mirror = ClusterMirror()
+    cache = FilterCache(settings.cache_size, settings.cache_ttl_seconds)
+    events = EventRecorder(sink)
+    waker = PodWaker(patch)
+    status = None
+    if apply_status is not None and settings.group_status == "on":
+        status = StatusWriter(status_writer(mirror, apply_status))
+    reports = GangReports(mirror, events, status)
+    ledger = GangLedger(mirror, timeout_seconds=settings.gang_timeout_seconds,
+                        backoff_seconds=settings.gang_backoff_seconds, on_event=reports.on_event,
+                        on_wake=waker.wake, on_status=reports.on_status,
+                        max_held_binds=held_bind_budget(settings.threads),
+                        hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds,
+                        max_release_members=(settings.release_intents_max_bytes // INTENT_BYTES_PER_MEMBER
+                                             if settings.leader_election == "on" else None))
+    engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
+                    release_log=release_log, scheduler_names=config.scheduler_names(settings),
+                    answer_margin=settings.bind_answer_margin_seconds, may_act=may_act)
+    return Runtime(settings, mirror, cache, ledger, engine, events, waker, mode, status, journal=journal)
+
+
+def from_snapshot(settings: Settings) -> Runtime:
+    assert settings.cluster_snapshot is not None
+    objects = snapshot.read_objects(settings.cluster_snapshot)
+    runtime = compose(settings, "snapshot", snapshot.SnapshotBinder, log_sink,
+                      lambda namespace, name, annotations: None)
+    counts = snapshot.load_into(runtime.mirror, objects)
+    log.info("loaded snapshot %s: %s", settings.cluster_snapshot,
+             ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    freeze_heap()
+    return runtime
+
+
+def from_api(settings: Settings) -> Runtime:
+    kube = KubeClient(settings.kubeconfig)
+
+    def apply_status(body: dict[str, Any]) -> None:
+        kube.apply_status(body, "podgroups")
+
+    journal = ReleaseJournal(settings.release_journal) if settings.release_journal else None
+    if journal is not None and journal.unfinished:
+        log.warning("release journal %s: %d release(s) were interrupted (a crash?); they are finished once "
+                    "nodes and pods are listed", settings.release_journal, len(journal.unfinished))
+    elector, intents, leading = _election(settings, kube, lambda: runtime.leadership)
+    runtime = compose(settings, "api", lambda _m: KubeBinder(kube), _if(leading, kube.create_event),
+                      _if(leading, kube.annotate_pod), _if(leading, apply_status), intents or journal, journal,
+                      leading)
+    if elector is not None and intents is not None:
+        runtime.leadership = Leadership(settings.lease_duration_seconds, runtime.ledger, runtime.mirror)
+        runtime.leadership.attach(elector, intents)
+    feeds = MirrorFeeds(runtime.mirror, kube, runtime.stop_event)
+    runtime.group_watches = GroupWatches(kube.serves, feeds.start_group, feeds.stop_group)
+    runtime.starter = ApiStart(runtime, kube, feeds, runtime.group_watches, elector).run
+    return runtime
+
+
+@dataclass
+class ApiStart:
+    """What the ``discovery`` thread does in API mode: discover the group APIs (retrying with back-off
+    until it works once), start the node and pod watches, the API probe and the elector, finish the
+    start (``Runtime.finish_start``), then re-discover every ``discovery_interval_seconds``."""
+
+    runtime: Runtime
+    kube: KubeClient
+    feeds: MirrorFeeds
+    watches: GroupWatches
+    elector: LeaderElector | None
+
+    def discover(self) -> bool:
+        """One discovery round; a failure is kept for ``/readyz`` and changes no watch."""
+        try:
+            changes = self.watches.discover()
+        except KubeError as exc:
+            self.runtime.discovery_error = str(exc)
+            return False
+        self.runtime.discovery_error = ""
+        if changes:
+            log.info("group APIs: %s (watching %s)", ", ".join(changes),
+                     ", ".join(f"{k}/{v}" for k, v in self.watches.versions().items()) or "none")
+        return True
+
+    def run(self) -> None:
+        runtime = self.runtime
+        backoff = 0.5
+        while not self.discover():
+            log.warning("API discovery failed (%s); retrying in %.1fs", runtime.discovery_error, backoff)
+            if runtime.stop_event.wait(backoff):
+                return
+            backoff = min(backoff * 2, 30.0)
+        runtime.core_reflectors = self.feeds.core()
+        for r in runtime.core_reflectors:
+            r.start()
+        runtime.discovered = True
+        threading.Thread(target=runtime.probe_api, name="api-probe", daemon=True,
+                         args=(lambda: self.kube.request("GET", "/version", timeout=API_PROBE_SECONDS),)).start()
+        if runtime.leadership is not None and self.elector is not None:
+            self.elector.start()
+            threading.Thread(target=runtime.leadership.resume_when_listed, name="leader-resume", daemon=True,
+                             args=(lambda: all(r.synced.is_set() for r in runtime.core_reflectors),
+                                   runtime.stop_event)).start()
+        runtime.finish_start()
+        while not runtime.stop_event.wait(runtime.settings.discovery_interval_seconds):
+            if not self.discover():
+                log.warning("API re-discovery failed (%s); keeping the current watches", runtime.discovery_error)
+        self.feeds.stop_groups()
+
+
+def _election(settings: Settings, kube: KubeClient, leadership: Callable[[], Leadership | None]) -> tuple[
+        LeaderElector | None, ReleaseIntents | None, Callable[[], bool]]:
+    """The elector and the release intents on its Lease (``--leader-election on``), and the predicate
+    every write to the cluster is gated on (always True with a single replica)."""
+    if settings.leader_election != "on":
+        return None, None, lambda: True
+    election = ElectionConfig(settings.lease_namespace or default_namespace(), settings.lease_name,
+                              settings.lease_duration_seconds, settings.lease_renew_deadline_seconds,
+                              settings.lease_retry_period_seconds)
+
+    def eligible() -> bool:
+        current = leadership()
+        return current is not None and current.eligible()
+
+    def gained() -> None:
+        current = leadership()
+        if current is not None:
+            current.gained()
+
+    elector = LeaderElector(KubeLeaseApi(kube), election, on_started=gained, eligible=eligible)
+    intents = ReleaseIntents(elector, max_bytes=settings.release_intents_max_bytes)
+    return elector, intents, elector.is_leader
+
+
+def _if(allowed: Callable[[], bool], write: Callable[..., None]) -> Callable[..., None]:
+    """``write`` (an Event, a wake-up patch, a status apply) only while ``allowed()``: only the leader
+    tells users things; a standby's writes are dropped."""
+    def gated(*args: Any) -> None:
+        if allowed():
+            write(*args)
+    return gated
+
+
+def build(settings: Settings) -> Runtime:
+    return from_snapshot(settings) if settings.cluster_snapshot else from_api(settings)
