@@ -19,7 +19,8 @@ from typing import Any
 import orjson
 from flask import Flask, Response, request
 
-from extender.kube.client import KubeClient, KubeError
+from extender.errors import KubeError
+from extender.kube.client import KubeClient
 
 
 def create_app(kubeconfig: str) -> Flask:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from extender import config, explain
+from extender.errors import ConfigError
 from extender.http import server
 
 
@@ -55,12 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return explain.run(args)
     try:
         settings = config.load(vars(args))
-    except config.ConfigError as exc:
+    except ConfigError as exc:
         print(f"gang-extender: {exc}", file=sys.stderr)
         return 2
     problems = tls_problems(settings) if args.command == "serve" else []
     if problems:
-        print(f"gang-extender: {config.ConfigError(problems)}", file=sys.stderr)
+        print(f"gang-extender: {ConfigError(problems)}", file=sys.stderr)
         return 2
     _setup_logging(settings.log_level)
     if args.command == "serve":

@@ -11,20 +11,14 @@ import argparse
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from extender.errors import ConfigError
+
 ENV_PREFIX = "GANG_EXTENDER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
-class ConfigError(ValueError):
-    """One or more invalid settings; ``problems`` lists each."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__("invalid settings:\n" + "\n".join(f"  - {p}" for p in problems))
-        self.problems = list(problems)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,15 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from extender.errors import ProtocolError
+
 MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
 MAX_NODE_NAME = 253  # a Node's name is a DNS subdomain (RFC 1123): at most 253 characters
 MAX_NODES_PER_REQUEST = 15_000
 """Three times Kubernetes' largest supported cluster (5,000 nodes). The reply names every requested node
 with a reason, so the count, not only the body size, bounds a reply's memory."""
-
-
-class ProtocolError(ValueError):
-    """A request body that is not a valid extender request. Rendered as HTTP 400."""
 
 
 @dataclass(frozen=True, slots=True)

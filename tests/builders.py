@@ -17,8 +17,9 @@ from extender.cluster.cache import FilterCache
 from extender.cluster.groups import ANNOTATION_TIMEOUT, COSCHEDULING_API, COSCHEDULING_LABEL, WORKLOAD_API
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GroupKind, PodRecord
-from extender.engine.ports import BindError, ReleaseLog
+from extender.engine.ports import ReleaseLog
 from extender.engine.verbs import Engine
+from extender.errors import BindError
 from extender.gangs.ledger import GangLedger
 from extender.protocol import BindArgs, FilterArgs
 

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from extender.kube.client import KubeError
+from extender.errors import KubeError
 
 
 class FakeLeases:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.cluster.model import GangKey, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef
+from extender.errors import GroupError
 
 WORKLOAD_API = ("scheduling.k8s.io", "v1alpha1", "workloads")
 COSCHEDULING_API = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
@@ -78,10 +79,6 @@ ANNOTATION_TIMEOUT = "gang-extender.io/timeout-seconds"
 
 MAX_TIMEOUT_SECONDS = 3600.0
 """Per-gang timeouts are capped: a held bind cannot outlive kube-scheduler's httpTimeout anyway."""
-
-
-class GroupError(ValueError):
-    """A group object or pod link that cannot be understood."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from decimal import Decimal, DecimalException
 
+from extender.errors import QuantityError
+
 Resources = dict[str, int]
 """Resource name -> amount (millicores for cpu, base units rounded up otherwise)."""
 
@@ -28,10 +30,6 @@ _SUFFIX = {
 }
 _MAX_MAGNITUDE = Decimal("1e30")  # far beyond int64 (~9.2e18), where kube-scheduler stops
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[a-zA-Z]{0,2})$")
-
-
-class QuantityError(ValueError):
-    """A quantity string that Kubernetes would not accept."""
 
 
 def parse_quantity(text: object) -> Decimal:

@@ -23,10 +23,7 @@ from extender.cluster.model import (
     Toleration,
 )
 from extender.cluster.quantity import PODS, Resources, add_into, parse_resources
-
-
-class RecordError(ValueError):
-    """An object too malformed to mirror."""
+from extender.errors import RecordError
 
 
 def _dict(value: object) -> Mapping[str, Any]:

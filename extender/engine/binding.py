@@ -19,12 +19,10 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from extender.cluster.groups import GroupError
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GangKey, PodRecord
-from extender.cluster.quantity import QuantityError
-from extender.cluster.records import RecordError
-from extender.engine.ports import Binder, BindError, ReleaseLog, ReleaseNotRecordedError
+from extender.engine.ports import Binder, ReleaseLog
+from extender.errors import BindError, ObjectError, ReleaseNotRecordedError
 from extender.gangs.book import Hold
 from extender.gangs.ledger import BindAction, GangLedger
 from extender.protocol import BindArgs
@@ -82,7 +80,7 @@ class BindingVerbs:
                 return f"pod {args.pod_namespace}/{args.pod_name} does not exist"
             try:
                 pod = self.mirror.upsert_pod(raw)
-            except (RecordError, QuantityError, GroupError) as exc:
+            except ObjectError as exc:
                 return f"pod {args.pod_namespace}/{args.pod_name} cannot be read: {exc}"
         if self.scheduler_names is not None and pod.scheduler_name not in self.scheduler_names:
             return (f"pod {args.pod_namespace}/{args.pod_name} has schedulerName {pod.scheduler_name!r}, which "

@@ -10,10 +10,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 
-class BindError(Exception):
-    """The API server (or snapshot) refused a binding; the message is answered to the scheduler."""
-
-
 class Binder(Protocol):
     """The one seam through which the engine changes the cluster."""
 
@@ -22,10 +18,6 @@ class Binder(Protocol):
 
     def read_pod(self, namespace: str, name: str, timeout: float = 10.0) -> Mapping[str, Any] | None:
         """The pod from the API server (None: it does not exist); give up after ``timeout`` seconds."""
-
-
-class ReleaseNotRecordedError(Exception):
-    """A release could not be written down (not the leader, fenced, full): it must not start."""
 
 
 class ReleaseLog(Protocol):

@@ -22,15 +22,13 @@ from typing import Any
 from extender.cluster.cache import FIT, FilterCache, NodeVerdicts
 from extender.cluster.facts import PodFacts
 from extender.cluster.fit import placement_failure, shortfall
-from extender.cluster.groups import GroupError
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import Code, GangKey, PodRecord, Verdict
-from extender.cluster.quantity import QuantityError
-from extender.cluster.records import RecordError
 from extender.engine.binding import BindingVerbs
 from extender.engine.ports import Binder
+from extender.errors import GroupError, ObjectError, ProtocolError
 from extender.gangs.ledger import GangLedger
-from extender.protocol import FilterArgs, FilterResult, ProtocolError, check_node_names
+from extender.protocol import FilterArgs, FilterResult, check_node_names
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +249,7 @@ def _record(facts: PodFacts) -> PodRecord:
     """The request pod's record; a pod too malformed to read is a bad request."""
     try:
         return facts.record
-    except (RecordError, QuantityError) as exc:  # a GroupError is the caller's to handle
+    except ObjectError as exc:  # its gang link was read (and its GroupError handled) before
         raise ProtocolError(f"Pod: {exc}") from None
 
 

@@ -16,11 +16,7 @@ import yaml
 
 from extender.cluster.groups import OBJECT_KINDS
 from extender.cluster.mirror import ClusterMirror
-from extender.engine.ports import BindError
-
-
-class SnapshotError(ValueError):
-    """A snapshot file that cannot be loaded."""
+from extender.errors import BindError, SnapshotError
 
 
 def read_objects(path: str | Path) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from typing import Any
 from gunicorn import sock as gsock
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from extender.errors import RefusedError
 from extender.http import framing
 
 RECV_BYTES = 256 * 1024
@@ -293,8 +294,8 @@ class PollingWorker(ThreadWorker):  # type: ignore[misc]
         if conn.head is None:
             try:
                 conn.head = framing.find_head(conn.buf, self.limits.caps)
-            except framing.RefusedError as refused:
-                self._refuse(conn, refused.reply())
+            except RefusedError as refused:
+                self._refuse(conn, framing.reply(refused.status, refused.message))
                 return
             if conn.head is None:
                 self._set_charge(conn, len(conn.buf))

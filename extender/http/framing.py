@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from extender.errors import RefusedError
+
 HEAD_MAX_BYTES = 16 * 1024       # request line + headers; kube-scheduler sends ~200 bytes
 BIND_BODY_MAX_BYTES = 16 * 1024  # an ExtenderBindingArgs is < 1 KiB (four names of <= 253 characters)
 OTHER_BODY_MAX_BYTES = 16 * 1024  # /healthz, /readyz, /metrics, /explain take no body
@@ -43,18 +45,6 @@ class Head:
     @property
     def total(self) -> int:
         return self.size + self.body_bytes
-
-
-class RefusedError(Exception):
-    """A request answered by the poller itself with ``status`` and the connection closed."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-    def reply(self) -> bytes:
-        return reply(self.status, self.message)
 
 
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Content Too Large",

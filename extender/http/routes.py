@@ -19,8 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from extender import protocol
+from extender.errors import ProtocolError
 from extender.http import framing, serving
-from extender.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
 bp = Blueprint("extender", __name__)

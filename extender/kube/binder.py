@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.engine.ports import BindError
-from extender.kube.client import KubeClient, KubeError
+from extender.errors import BindError, KubeError
+from extender.kube.client import KubeClient
 
 
 class KubeBinder:

@@ -23,15 +23,9 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
+from extender.errors import KubeError
+
 log = logging.getLogger(__name__)
-
-
-class KubeError(Exception):
-    """A failed API call. ``status`` is the HTTP status (0 when the server was not reached)."""
-
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _failure(exc: BaseException) -> KubeError:

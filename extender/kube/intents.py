@@ -29,23 +29,15 @@ from typing import Any
 
 import orjson
 
-from extender.engine.ports import ReleaseNotRecordedError
+from extender.errors import IntentNotRecordedError, IntentsFullError, LeaseWriteError
 from extender.files.journal import JournalPod, Release
-from extender.kube.leader import LeaderElector, LeaseWriteError
+from extender.kube.leader import LeaderElector
 
 log = logging.getLogger(__name__)
 
 KEY = "gang-extender.io/releases"
 ANNOTATIONS_LIMIT = 256 * 1024  # the API server's limit on one object's annotations, keys and values summed
 DEFAULT_MAX_BYTES = 128 * 1024  # the open releases' annotation, at most (~1,300 members of ~100 bytes)
-
-
-class IntentNotRecordedError(ReleaseNotRecordedError):
-    """The release was not (known to be) written: bind none of its members."""
-
-
-class IntentsFullError(IntentNotRecordedError):
-    """Recording the release would make the annotation larger than allowed."""
 
 
 def encode(releases: Sequence[Release], next_id: int) -> str:

@@ -36,28 +36,10 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from extender.kube.client import KubeError
+from extender.errors import FencedError, KubeError, LeaseWriteFailedError, NotLeaderError
 from extender.kube.lease import JITTER, ElectionConfig, LeaseApi, lease_duration, micro_time, new_identity
 
 log = logging.getLogger(__name__)
-
-
-class LeaseWriteError(Exception):
-    """An attached write was not made (``NotLeaderError``, ``FencedError``) or its outcome is unknown
-    (``LeaseWriteFailedError``)."""
-
-
-class NotLeaderError(LeaseWriteError):
-    """This replica does not lead now; nothing was sent."""
-
-
-class FencedError(LeaseWriteError):
-    """The API server refused the write (409): the Lease changed since we last wrote it, possibly
-    taken over by another replica. This replica stopped leading."""
-
-
-class LeaseWriteFailedError(LeaseWriteError):
-    """The write failed or timed out (the server may or may not have applied it)."""
 
 
 Adopt = Callable[[str | None], None]  # given the annotation's value in the Lease just acquired

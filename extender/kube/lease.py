@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from extender.kube.client import KubeClient, KubeError
+from extender.errors import KubeError
+from extender.kube.client import KubeClient
 
 JITTER = 1.2  # a candidate retries after retry_period x uniform(1, JITTER)
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
+from extender.errors import GoneError
+
 log = logging.getLogger(__name__)
 
 class Listing(Protocol):
@@ -25,10 +27,6 @@ class Listing(Protocol):
 
 ListFn = Callable[[], Listing]
 WatchFn = Callable[[str], Iterator[tuple[str, dict[str, Any]]]]
-
-
-class GoneError(Exception):
-    """The resourceVersion we watch from is too old: relist."""
 
 
 class Reflector:

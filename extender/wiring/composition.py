@@ -21,11 +21,12 @@ from extender.cluster.mirror import ClusterMirror
 from extender.config import Settings
 from extender.engine.ports import Binder, ReleaseLog
 from extender.engine.verbs import Engine
+from extender.errors import KubeError
 from extender.files import snapshot
 from extender.files.journal import ReleaseJournal
 from extender.gangs.ledger import GangLedger
 from extender.kube.binder import KubeBinder
-from extender.kube.client import KubeClient, KubeError
+from extender.kube.client import KubeClient
 from extender.kube.events import EventRecorder, PodWaker, log_sink
 from extender.kube.intents import ReleaseIntents
 from extender.kube.leader import LeaderElector

@@ -18,7 +18,7 @@ from typing import Any
 from extender.cluster.groups import event_reference, status_apply
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GangKey, GangStatus, GroupKind, GroupRef, PodRecord
-from extender.kube.client import KubeError
+from extender.errors import KubeError
 from extender.kube.events import EventRecorder, pod_reference
 from extender.kube.status import CONFLICT, SENT, SKIPPED, StatusWriter, Write
 

@@ -20,10 +20,11 @@ import orjson
 import pytest
 from controlplane import ControlPlane, wait_for
 
+from extender.errors import FencedError, IntentNotRecordedError
 from extender.files.journal import JournalPod
 from extender.kube.client import KubeClient
-from extender.kube.intents import KEY, IntentNotRecordedError, ReleaseIntents
-from extender.kube.leader import FencedError, LeaderElector
+from extender.kube.intents import KEY, ReleaseIntents
+from extender.kube.leader import LeaderElector
 from extender.kube.lease import ElectionConfig, KubeLeaseApi
 
 pytestmark = pytest.mark.e2e

@@ -36,7 +36,8 @@ from identities import (
 )
 from support import PAUSE
 
-from extender.kube.client import KubeClient, KubeError
+from extender.errors import KubeError
+from extender.kube.client import KubeClient
 from extender.kube.events import WAKE_ANNOTATION
 
 pytestmark = pytest.mark.e2e

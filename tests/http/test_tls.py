@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from extender import cli
-from extender.config import ConfigError, Settings, load, validate
+from extender.config import Settings, load, validate
+from extender.errors import ConfigError
 from tests.http.fuzzing import snapshot_document
 
 HACK = Path(__file__).resolve().parents[2] / "hack"

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from extender import cli, config
-from extender.config import ENV_PREFIX, LOG_LEVELS, ConfigError, Settings, load, validate
+from extender.config import ENV_PREFIX, LOG_LEVELS, Settings, load, validate
+from extender.errors import ConfigError
 from extender.http import server
 
 

@@ -14,7 +14,6 @@ from extender.cluster.groups import (
     COSCHEDULING_LABEL,
     GROUP_PARSERS,
     WORKLOAD_API,
-    GroupError,
     PodLink,
     coscheduling_group,
     pod_link,
@@ -22,6 +21,7 @@ from extender.cluster.groups import (
     workload_groups,
 )
 from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef
+from extender.errors import GroupError
 
 WL = GroupKind.WORKLOAD
 CO = GroupKind.COSCHEDULING

@@ -8,16 +8,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from extender.errors import FencedError, IntentNotRecordedError, IntentsFullError
 from extender.files.journal import JournalPod, Release
-from extender.kube.intents import (
-    ANNOTATIONS_LIMIT,
-    KEY,
-    IntentNotRecordedError,
-    IntentsFullError,
-    ReleaseIntents,
-    encode,
-)
-from extender.kube.leader import FencedError, LeaderElector
+from extender.kube.intents import ANNOTATIONS_LIMIT, KEY, ReleaseIntents, encode
+from extender.kube.leader import LeaderElector
 from tests.lease_fake import Clock, FakeLeaseApi, FakeLeases
 from tests.unit.test_leader import CONFIG
 

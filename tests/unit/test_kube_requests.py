@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from extender.kube.client import KubeClient, KubeError
+from extender.errors import KubeError
+from extender.kube.client import KubeClient
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from extender.kube.leader import FencedError, LeaderElector, LeaseWriteFailedError, NotLeaderError
+from extender.errors import FencedError, LeaseWriteFailedError, NotLeaderError
+from extender.kube.leader import LeaderElector
 from extender.kube.lease import ElectionConfig, default_namespace, new_identity
 from tests.lease_fake import Clock, FakeLeaseApi, FakeLeases
 

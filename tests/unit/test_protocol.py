@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from extender.errors import ProtocolError
 from extender.protocol import (
     FULL_NODES_REFUSED,
     MAX_SCORE,
     BindArgs,
     FilterArgs,
     FilterResult,
-    ProtocolError,
     check_node_names,
     parse_bind_args,
     parse_filter_args,

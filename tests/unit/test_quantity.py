@@ -6,7 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from extender.cluster.quantity import QuantityError, add_into, describe, parse_quantity, parse_resources, to_units
+from extender.cluster.quantity import add_into, describe, parse_quantity, parse_resources, to_units
+from extender.errors import QuantityError
 
 GI = 2**30
 MI = 2**20

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.groups import ANNOTATION_GROUP, ANNOTATION_MIN_COUNT, COSCHEDULING_LABEL, GroupError
+from extender.cluster.groups import ANNOTATION_GROUP, ANNOTATION_MIN_COUNT, COSCHEDULING_LABEL
 from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord, Taint
-from extender.cluster.quantity import QuantityError
-from extender.cluster.records import DEFAULT_MAX_PODS, RecordError, node_record, pod_record, pod_requests
+from extender.cluster.records import DEFAULT_MAX_PODS, node_record, pod_record, pod_requests
+from extender.errors import GroupError, QuantityError, RecordError
 
 GI = 2**30
 MI = 2**20
