@@ -18,10 +18,10 @@ from extender.cluster.groups import ANNOTATION_TIMEOUT, COSCHEDULING_API, COSCHE
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GroupKind, PodRecord
 from extender.engine.ports import ReleaseLog
+from extender.engine.requests import BindArgs, FilterArgs
 from extender.engine.verbs import Engine
 from extender.errors import BindError
 from extender.gangs.ledger import GangLedger
-from extender.protocol import BindArgs, FilterArgs
 
 _uids = itertools.count(1)
 

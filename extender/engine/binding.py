@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GangKey, PodRecord
 from extender.engine.ports import Binder, ReleaseLog
+from extender.engine.requests import BindArgs
 from extender.errors import BindError, ObjectError, ReleaseNotRecordedError
 from extender.gangs.book import Hold
 from extender.gangs.ledger import BindAction, GangLedger
-from extender.protocol import BindArgs
 
 log = logging.getLogger(__name__)
 

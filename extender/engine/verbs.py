@@ -26,9 +26,9 @@ from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import Code, GangKey, PodRecord, Verdict
 from extender.engine.binding import BindingVerbs
 from extender.engine.ports import Binder
+from extender.engine.requests import FilterArgs, FilterResult, check_node_names
 from extender.errors import GroupError, ObjectError, ProtocolError
 from extender.gangs.ledger import GangLedger
-from extender.protocol import FilterArgs, FilterResult, check_node_names
 
 log = logging.getLogger(__name__)
 

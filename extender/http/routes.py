@@ -18,9 +18,9 @@ from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from extender import protocol
+from extender.engine.requests import FilterArgs
 from extender.errors import ProtocolError
-from extender.http import framing, serving
+from extender.http import framing, protocol, serving
 
 log = logging.getLogger(__name__)
 bp = Blueprint("extender", __name__)
@@ -61,7 +61,7 @@ def _read_body(verb: str) -> bytes:
         raise BodyTooLarge(f"request body larger than {cap} bytes") from None
 
 
-def _filter_args(body: Any) -> protocol.FilterArgs:
+def _filter_args(body: Any) -> FilterArgs:
     caps = _caps()
     args = protocol.parse_filter_args(body, full_nodes=caps.full_nodes > 0)
     if args.nodes is None and (request.content_length or 0) > caps.names:  # the NodeNames form's own cap

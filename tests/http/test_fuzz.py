@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from extender.cluster.fit import shortfall
 from extender.config import Settings
 from extender.http.app import create_app
-from extender.protocol import MAX_NODES_PER_REQUEST
+from extender.http.protocol import MAX_NODES_PER_REQUEST
 from tests.http.fuzzing import (
     NODE_NAMES,
     VERBS,

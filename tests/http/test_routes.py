@@ -16,7 +16,7 @@ from werkzeug.test import TestResponse
 from extender.config import Settings
 from extender.http.app import create_app
 from extender.http.framing import BIND_BODY_MAX_BYTES
-from extender.protocol import FULL_NODES_REFUSED
+from extender.http.protocol import FULL_NODES_REFUSED
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 EXAMPLE_SNAPSHOT = Path(__file__).resolve().parents[2] / "examples" / "snapshot.yaml"

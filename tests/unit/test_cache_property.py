@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from extender.cluster.fit import placement_failure, shortfall
 from extender.cluster.model import GangPolicy, GroupKind, PodRecord
 from extender.cluster.records import placement_from_spec
-from extender.protocol import FilterResult
+from extender.engine.requests import FilterResult
 from tests.builders import (
     FakeClock,
     Harness,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from extender.protocol import FilterResult
+from extender.engine.requests import FilterResult
 from tests.builders import (
     Harness,
     bind_args,

@@ -1,4 +1,4 @@
-"""extender.protocol: the PascalCase wire format of k8s.io/kube-scheduler/extender/v1, with golden bodies."""
+"""extender.http.protocol: the PascalCase wire format of k8s.io/kube-scheduler/extender/v1, with golden bodies."""
 
 from __future__ import annotations
 
@@ -9,14 +9,11 @@ from typing import Any
 
 import pytest
 
+from extender.engine.requests import BindArgs, FilterArgs, FilterResult, check_node_names
 from extender.errors import ProtocolError
-from extender.protocol import (
+from extender.http.protocol import (
     FULL_NODES_REFUSED,
     MAX_SCORE,
-    BindArgs,
-    FilterArgs,
-    FilterResult,
-    check_node_names,
     parse_bind_args,
     parse_filter_args,
     render_bind,

@@ -23,8 +23,8 @@ from extender.config import Settings
 from extender.engine.verbs import REPLY_MESSAGES
 from extender.errors import ProtocolError
 from extender.gangs.ledger import BindAction
+from extender.http.protocol import MAX_NODES_PER_REQUEST, parse_filter_args
 from extender.kube.watching import Reflector
-from extender.protocol import MAX_NODES_PER_REQUEST, parse_filter_args
 from extender.wiring.composition import from_snapshot
 from extender.wiring.runtime import Runtime
 from tests.builders import (

@@ -1,7 +1,8 @@
 """The kube-scheduler extender wire format (pure).
 
 Owns: the exact PascalCase keys of ``k8s.io/kube-scheduler/extender/v1`` (the Go structs have no JSON
-tags), validation of request bodies into typed values, and rendering of replies. Embedded Kubernetes
+tags), validation of request bodies into the engine's values (``engine/requests``), and rendering of
+replies. Embedded Kubernetes
 objects (Pod, Node) stay raw camelCase dicts. Must not: decide anything about scheduling, touch I/O,
 or accept a body it cannot fully account for; every problem is a ProtocolError with a message a
 person can act on.
@@ -10,50 +11,21 @@ person can act on.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from extender.engine.requests import MAX_NODE_NAME, BindArgs, FilterArgs, FilterResult
 from extender.errors import ProtocolError
 
 MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
-MAX_NODE_NAME = 253  # a Node's name is a DNS subdomain (RFC 1123): at most 253 characters
 MAX_NODES_PER_REQUEST = 15_000
 """Three times Kubernetes' largest supported cluster (5,000 nodes). The reply names every requested node
 with a reason, so the count, not only the body size, bounds a reply's memory."""
 
 
-@dataclass(frozen=True, slots=True)
-class FilterArgs:
-    """ExtenderArgs: the pod and the candidate nodes (names, plus full objects when not cache-capable).
-
-    ``node_names`` is a list, but its elements from a ``NodeNames`` request are checked lazily: the
-    hot path proves them valid by finding all of them in a set of known node names, and everything
-    else calls ``check_node_names`` first, so an invalid name is a ProtocolError either way.
-    """
-
-    pod: dict[str, Any]
-    node_names: list[str]
-    nodes: list[dict[str, Any]] | None  # full Node objects, only when the request carried ``Nodes``
 
 
-@dataclass(frozen=True, slots=True)
-class BindArgs:
-    """ExtenderBindingArgs."""
-
-    pod_name: str
-    pod_namespace: str
-    pod_uid: str
-    node: str
 
 
-@dataclass(slots=True)
-class FilterResult:
-    """ExtenderFilterResult, built from the request's nodes only."""
-
-    feasible: list[str]
-    failed: dict[str, str]
-    failed_unresolvable: dict[str, str]
-    error: str = ""
 
 
 def _require_object(value: object, what: str) -> dict[str, Any]:
@@ -165,22 +137,6 @@ def parse_filter_args(body: object, full_nodes: bool = True) -> FilterArgs:
     return FilterArgs(pod=pod, node_names=names, nodes=nodes)
 
 
-def check_node_names(names: list[Any]) -> list[str]:
-    """Raise ProtocolError unless every element is a string of 1..253 characters (duplicates are
-    allowed: each gets its own verdict)."""
-    try:  # two C-level passes (~80 us for 5,000 names); the loop below only finds the culprit
-        "".join(names)  # TypeError unless every element is a str
-        lengths = set(map(len, names))
-    except TypeError:
-        lengths = {0}
-    if 0 in lengths or max(lengths, default=0) > MAX_NODE_NAME:
-        for index, name in enumerate(names):
-            if not isinstance(name, str) or not name:
-                raise ProtocolError(f"NodeNames[{index}] must be a non-empty string")
-            if len(name) > MAX_NODE_NAME:
-                raise ProtocolError(f"NodeNames[{index}] is {len(name)} characters long; a node name has at most "
-                                    f"{MAX_NODE_NAME}")
-    return names
 
 
 def parse_bind_args(body: object) -> BindArgs:
