@@ -2,10 +2,9 @@
 
 Owns: the exact PascalCase keys of ``k8s.io/kube-scheduler/extender/v1`` (the Go structs have no JSON
 tags), validation of request bodies into the engine's values (``engine/requests``), and rendering of
-replies. Embedded Kubernetes
-objects (Pod, Node) stay raw camelCase dicts. Must not: decide anything about scheduling, touch I/O,
-or accept a body it cannot fully account for; every problem is a ProtocolError with a message a
-person can act on.
+replies. Embedded Kubernetes objects (Pod, Node) stay raw camelCase dicts. Must not: decide anything
+about scheduling, touch I/O, or accept a body it cannot fully account for; every problem is a
+ProtocolError with a message a person can act on.
 """
 
 from __future__ import annotations
