@@ -284,5 +284,8 @@ def never_fits(members: Sequence[PodRecord], nodes: Iterable[NodeRecord], constr
     closest = result.closest
     if closest is None:
         return result.plan.blocking
+    demand = sum(pod.requests.get(CPU, 0) for pod in members)
+    lacks = closest.lacks if closest.free_cpu >= demand else (
+        f"has {describe({CPU: closest.free_cpu})} allocatable of the {describe({CPU: demand})} needed")
     return (f"no {key} domain can hold all {len(members)} members even when empty; the largest, {closest.domain} "
-            f"({closest.nodes} nodes, {describe({CPU: closest.free_cpu})} allocatable), {closest.lacks}")
+            f"({closest.nodes} nodes), {lacks}")
