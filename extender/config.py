@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from extender.errors import ConfigError
+from extender.labelkeys import HOSTNAME, label_key_problem
 
 ENV_PREFIX = "GANG_EXTENDER_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -57,6 +58,7 @@ class Settings:
     client_timeout_seconds: float = 5.0    # a request must arrive, and its reply be taken, within this
     max_full_nodes_body_bytes: int = 0     # filter/prioritize body in the full Nodes form; 0: that form is refused
     request_buffer_bytes: int = 16 * 2**20  # request bytes held at once over all connections
+    topology_levels: str = ""              # node label keys, widest first, for preferred topology fallback
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -125,6 +127,11 @@ _HELP = {
                                  "0 refuses that form with a 400",
     "request_buffer_bytes": "request bytes held at once over all connections, from the first byte read to the end "
                             "of the handler (bounds the memory bodies can take); at least every body cap",
+    "topology_levels": "comma-separated node label keys from the widest topology level to the narrowest (e.g. "
+                       "topology.kubernetes.io/zone,example.com/block,example.com/rack): a gang with a preferred "
+                       "topology key that no domain of that level can hold is placed in one domain of the next "
+                       "wider level, then across domains; kubernetes.io/hostname is always the narrowest level; "
+                       "empty: only the constraint's own key",
 }
 
 
@@ -173,10 +180,29 @@ def scheduler_names(settings: Settings) -> frozenset[str]:
     return frozenset(name.strip() for name in settings.scheduler_names.split(",") if name.strip())
 
 
+def topology_levels(settings: Settings) -> tuple[str, ...]:
+    """The label keys of ``--topology-levels``, widest first (empty entries dropped)."""
+    return tuple(key.strip() for key in settings.topology_levels.split(",") if key.strip())
+
+
+def _topology_problems(settings: Settings) -> list[str]:
+    problems = []
+    levels = topology_levels(settings)
+    for index, key in enumerate(levels):
+        problem = label_key_problem(key)
+        if problem is not None:
+            problems.append(f"topology-levels: {problem}")
+        elif key in levels[:index]:
+            problems.append(f"topology-levels: {key!r} is listed twice")
+    if HOSTNAME in levels[:-1]:
+        problems.append(f"topology-levels: {HOSTNAME} is the narrowest level (one node) and must come last")
+    return problems
+
+
 def validate(settings: Settings) -> list[str]:
     """Every problem with ``settings``; empty when valid."""
     return (_value_problems(settings) + _file_problems(settings) + _lease_problems(settings)
-            + _serving_problems(settings))
+            + _serving_problems(settings) + _topology_problems(settings))
 
 
 def _value_problems(settings: Settings) -> list[str]:

@@ -44,7 +44,7 @@ def test_field_names() -> None:
                                       "lease_renew_deadline_seconds", "lease_retry_period_seconds",
                                       "release_intents_max_bytes",
                                       "client_timeout_seconds", "max_full_nodes_body_bytes",  # issue 11
-                                      "request_buffer_bytes"]
+                                      "request_buffer_bytes", "topology_levels"]  # issue 12
 
 
 @pytest.mark.parametrize(("args", "problem"), [
@@ -285,3 +285,37 @@ def test_issue11_lease_settings_defaults_are_valid_for_the_elector() -> None:
             settings.lease_retry_period_seconds) == ("gang-extender", 15.0, 10.0, 2.0)
     assert ElectionConfig(settings.lease_namespace, settings.lease_name, settings.lease_duration_seconds,
                           settings.lease_renew_deadline_seconds, settings.lease_retry_period_seconds).problems() == []
+
+
+# ------------------------------------------------------------------------------ issue 12: topology levels
+def test_issue12_topology_levels_default_is_empty_and_env_and_flag_fill_it() -> None:
+    assert Settings().topology_levels == ""
+    assert config.topology_levels(load({}, {})) == ()
+    settings = load({}, {"GANG_EXTENDER_TOPOLOGY_LEVELS": "topology.kubernetes.io/zone, example.com/rack"})
+    assert config.topology_levels(settings) == ("topology.kubernetes.io/zone", "example.com/rack")
+    settings = load({"topology_levels": "zone,,rack,kubernetes.io/hostname,"}, {"GANG_EXTENDER_TOPOLOGY_LEVELS": "x"})
+    assert config.topology_levels(settings) == ("zone", "rack", "kubernetes.io/hostname")
+
+
+@pytest.mark.parametrize(("value", "problems"), [
+    ("zone,Bad Key", ["topology-levels: 'Bad Key' is not a valid label key: the name must consist of letters, "
+                      "digits, '-', '_' or '.', and start and end with a letter or digit"]),
+    ("Example.com/rack", ["topology-levels: 'Example.com/rack' is not a valid label key: the prefix must be a DNS "
+                          "subdomain (lowercase letters, digits, '-' and '.', e.g. 'example.com')"]),
+    ("a/b/c", ["topology-levels: 'a/b/c' is not a valid label key: it may contain at most one '/'"]),
+    ("zone,rack,zone,rack", ["topology-levels: 'zone' is listed twice", "topology-levels: 'rack' is listed twice"]),
+    ("kubernetes.io/hostname,example.com/rack", ["topology-levels: kubernetes.io/hostname is the narrowest level "
+                                                 "(one node) and must come last"]),
+])
+def test_issue12_topology_levels_are_validated(value: str, problems: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load({"topology_levels": value}, {})
+    assert caught.value.problems == problems
+
+
+def test_issue12_topology_levels_problems_come_with_the_others() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load({"port": "0", "topology_levels": "/rack"}, {})
+    assert caught.value.problems == ["port must be 1..65535, got 0",
+                                     "topology-levels: '/rack' is not a valid label key: the prefix before '/' "
+                                     "must not be empty"]
