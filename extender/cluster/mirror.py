@@ -1,12 +1,11 @@
 """ClusterMirror: the in-memory view of the cluster the hot path reads (no I/O).
 
 Owns: compact records of Nodes, Pods and group definitions, fed by watch events (or a snapshot);
-per-node accounting of capacity in use (bound pods, pods this extender assumed while binding or
-holding them); the reservations of admitted gangs (held in ``Reservations``, which derives the per-node
-totals from the gangs' slots); and a *generation* per node, bumped on every
-change that can alter whether a pod fits that node, with a bounded change log so caches can refresh
-only the nodes that changed. Must not: call the API server, decide gang rules, or cache filter
-results.
+per-node capacity in use (bound pods, pods this extender assumed while binding or holding them); the
+reservations of admitted gangs (``Reservations`` derives per-node totals from the gangs' slots); and
+a *generation* per node, bumped on every change that can alter whether a pod fits that node, with a
+bounded change log so caches refresh only the nodes that changed. Must not: call the API server,
+decide gang rules, or cache filter results.
 
 Thread safety: every method that changes state or walks a collection takes ``self.lock`` (an RLock);
 the point reads (``pod_by_uid``, ``pod_count``, ``member_count``, ``is_member``, ``free``,
