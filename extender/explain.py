@@ -61,6 +61,19 @@ def _seconds(value: object) -> str:
     return f"{value:g}s" if isinstance(value, int | float) else "-"
 
 
+def _topology_lines(topology: Mapping[str, Any] | None) -> list[str]:
+    """The gang's topology constraint, its domain and the best other domains (nothing without one)."""
+    if not topology:
+        return []
+    if topology.get("problem"):
+        return [f"Topology:    unusable: {topology['problem']}"]
+    lines = [f"Topology:    {topology.get('constraint')}; domain: {topology.get('domain') or 'none chosen yet'}"]
+    for other in topology.get("otherDomains") or []:
+        lines.append(f"             {other.get('domain')} ({other.get('nodes')} nodes, {other.get('freeCpu')} cpu "
+                     f"free): {other.get('lacks') or 'could hold it too'}")
+    return lines
+
+
 def render(answer: Mapping[str, Any]) -> str:
     """The human form of one ``/explain`` answer."""
     lines: list[str] = []
@@ -90,6 +103,7 @@ def render(answer: Mapping[str, Any]) -> str:
         backoff = gang.get("backoffRemainingSeconds") or 0
         lines.append(f"Back-off:    {_seconds(backoff)} left after {gang.get('timeouts', 0)} timeout(s)" if backoff
                      else f"Back-off:    none ({gang.get('timeouts', 0)} timeout(s) so far)")
+        lines.extend(_topology_lines(gang.get("topology")))
         lines.append(f"Waiting:     {gang.get('waiting') or '-'}")
         shortfall = gang.get("shortfall")
         if shortfall:

@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.cluster.model import GangKey, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef
+from extender.cluster.model import GangKey, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef, Parsed
+from extender.cluster.topology import from_group_annotations, from_podgroup
 from extender.errors import GroupError
 
 WORKLOAD_API = ("scheduling.k8s.io", "v1alpha1", "workloads")
@@ -163,6 +164,7 @@ def workload_groups(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]
     """Pod groups of a v1alpha1 Workload; a ``basic`` group maps to None (no gang)."""
     namespace, name, annotations = _identity(obj, "Workload")
     timeout = _timeout(annotations)
+    topology = from_group_annotations(obj, "Workload")
     groups: dict[GroupRef, GangPolicy | None] = {}
     pod_groups = _dict(obj.get("spec")).get("podGroups") or []
     if not isinstance(pod_groups, list):
@@ -176,7 +178,7 @@ def workload_groups(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]
         ref = GroupRef(GroupKind.WORKLOAD, namespace, name, group_name)
         if "minCount" in gang:
             field = f"Workload {namespace}/{name}: spec.podGroups[{index}].policy.gang.minCount"
-            groups[ref] = GangPolicy(_positive_int(gang["minCount"], field), timeout)
+            groups[ref] = GangPolicy(_positive_int(gang["minCount"], field), timeout, topology)
         else:
             groups[ref] = None
     return groups
@@ -191,15 +193,17 @@ def coscheduling_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | No
     timeout = _timeout(annotations)
     if timeout is None and seconds:  # 0 or absent: the extender's default applies
         timeout = _timeout({ANNOTATION_TIMEOUT: seconds})
-    return {GroupRef(GroupKind.COSCHEDULING, namespace, name): GangPolicy(min_member, timeout)}
+    topology = from_group_annotations(obj, "PodGroup")
+    return {GroupRef(GroupKind.COSCHEDULING, namespace, name): GangPolicy(min_member, timeout, topology)}
 
 
-def _gang_policy(policy: Mapping[str, Any], field: str, timeout: float | None) -> GangPolicy | None:
+def _gang_policy(policy: Mapping[str, Any], field: str, timeout: float | None,
+                 topology: Parsed) -> GangPolicy | None:
     """A ``schedulingPolicy``/``policy`` union: ``gang{minCount}`` is a gang, ``basic{}`` (or nothing) is not."""
     gang = policy.get("gang")
     if not isinstance(gang, dict):
         return None
-    return GangPolicy(_positive_int(gang.get("minCount"), f"{field}.gang.minCount"), timeout)
+    return GangPolicy(_positive_int(gang.get("minCount"), f"{field}.gang.minCount"), timeout, topology)
 
 
 def podgroup_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]:
@@ -210,7 +214,8 @@ def podgroup_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]:
     if policy is not None and not isinstance(policy, dict):
         raise GroupError(f"{field} must be an object")
     timeout = _timeout(annotations)
-    return {GroupRef(GroupKind.PODGROUP, namespace, name): _gang_policy(_dict(policy), field, timeout)}
+    topology = from_podgroup(obj)
+    return {GroupRef(GroupKind.PODGROUP, namespace, name): _gang_policy(_dict(policy), field, timeout, topology)}
 
 
 GROUP_PARSERS = {

@@ -42,7 +42,7 @@ class ClusterMirror:
         self.generation = 0
         self.nodes: dict[str, NodeRecord] = {}
         self._node_generation: dict[str, int] = {}
-        self._node_set_generation = 0  # bumped when nodes are added, removed or resized
+        self._node_set_generation = 0  # bumped when nodes are added, removed, resized or relabelled
         self._changes: deque[tuple[int, str]] = deque(maxlen=CHANGE_LOG_SIZE)
         self._pods: dict[str, PodRecord] = {}
         self._uid_by_key: dict[tuple[str, str], str] = {}
@@ -88,8 +88,8 @@ class ClusterMirror:
             if old == record:
                 return
             self.nodes[record.name] = record
-            if old is None or old.allocatable != record.allocatable:
-                self._node_set_generation += 1
+            if old is None or old.allocatable != record.allocatable or old.labels != record.labels:
+                self._node_set_generation += 1  # what an empty cluster can hold (labels: topology domains)
             self._touch(record.name)
 
     def delete_node(self, name: str) -> None:

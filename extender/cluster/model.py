@@ -52,12 +52,56 @@ class GangKey:
         return f"{self.group}[{self.replica}]" if self.replica else str(self.group)
 
 
+class Source(enum.StrEnum):
+    """Where a constraint's key was written (what ``explain`` shows)."""
+
+    PODGROUP_FIELD = "PodGroup spec.schedulingConstraints.topology"
+    KUEUE_ANNOTATION = "Kueue annotation on the pods"
+    GROUP_ANNOTATION = "gang-extender annotation on the group object"
+    POD_ANNOTATION = "gang-extender annotation on the pods"
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    """A gang's topology constraint: label keys ("" for none) and where each came from."""
+
+    required: str = ""
+    preferred: str = ""
+    required_source: Source | None = None
+    preferred_source: Source | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.required and not self.preferred
+
+    def describe(self) -> str:
+        """E.g. ``required example.com/rack (gang-extender annotation on the pods)``; ``none``."""
+        parts = [f"{mode} {key} ({source})" for mode, key, source in (
+            ("required", self.required, self.required_source), ("preferred", self.preferred, self.preferred_source))
+            if key]
+        return ", ".join(parts) or "none"
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyProblem:
+    """Why a gang's topology constraint cannot be used; the gang waits and users are told this."""
+
+    message: str
+
+
+Parsed = TopologyConstraint | TopologyProblem
+
+
+NONE = TopologyConstraint()
+
+
 @dataclass(frozen=True, slots=True)
 class GangPolicy:
     """All-or-nothing policy of a group: ``min_count`` members bind together or none does."""
 
     min_count: int
     timeout_seconds: float | None = None  # per-gang override of the barrier timeout
+    topology: Parsed = NONE  # the group object's topology constraint (its members may add theirs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +181,8 @@ class PodRecord:
     scheduler_name: str = "default-scheduler"
     spec: dict[str, object] | None = None  # placement fields: kept for gang members and unbound pods
     needs_preparation: bool = False  # PVC or ephemeral volumes, or resource claims: kube-scheduler prepares them
-    # ``spec`` read once into the constraints the predicates evaluate (None: not read; see fit.pod_placement)
+    topology: Parsed = NONE  # a gang member's own topology constraint (annotations)
+    # ``spec`` read once into the constraints the predicates evaluate (None: not read; see records.pod_placement)
     placement: Placement | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property

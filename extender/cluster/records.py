@@ -15,6 +15,7 @@ from typing import Any
 from extender.cluster.groups import PodLink, pod_link
 from extender.cluster.model import (
     NO_PLACEMENT,
+    NONE,
     NodeRecord,
     Placement,
     PodRecord,
@@ -23,6 +24,7 @@ from extender.cluster.model import (
     Toleration,
 )
 from extender.cluster.quantity import PODS, Resources, add_into, parse_resources
+from extender.cluster.topology import from_pod
 from extender.errors import RecordError
 
 
@@ -165,6 +167,7 @@ def linked_pod_record(obj: Mapping[str, Any], link: PodLink | None) -> PodRecord
         spec=placement,
         needs_preparation=_needs_preparation(spec),
         placement=None if placement is None else placement_from_spec(placement),
+        topology=from_pod(obj) if link else NONE,
     )
 
 

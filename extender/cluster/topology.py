@@ -20,11 +20,11 @@ Must not: hold state, do I/O, or know about nodes and placement (that is ``gangs
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from extender.cluster.model import NONE, Parsed, Source, TopologyConstraint, TopologyProblem
 from extender.labelkeys import HOSTNAME, label_key_problem
 
 __all__ = ["HOSTNAME", "NONE", "Parsed", "Source", "TopologyConstraint", "TopologyProblem",
@@ -37,45 +37,12 @@ KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 FIELD = "spec.schedulingConstraints.topology"
 
 
-class Source(enum.StrEnum):
-    """Where a constraint's key was written (what ``explain`` shows)."""
-
-    PODGROUP_FIELD = "PodGroup spec.schedulingConstraints.topology"
-    KUEUE_ANNOTATION = "Kueue annotation on the pods"
-    GROUP_ANNOTATION = "gang-extender annotation on the group object"
-    POD_ANNOTATION = "gang-extender annotation on the pods"
 
 
-@dataclass(frozen=True, slots=True)
-class TopologyConstraint:
-    """A gang's topology constraint: label keys ("" for none) and where each came from."""
-
-    required: str = ""
-    preferred: str = ""
-    required_source: Source | None = None
-    preferred_source: Source | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not self.required and not self.preferred
-
-    def describe(self) -> str:
-        """E.g. ``required example.com/rack (gang-extender annotation on the pods)``; ``none``."""
-        parts = [f"{mode} {key} ({source})" for mode, key, source in (
-            ("required", self.required, self.required_source), ("preferred", self.preferred, self.preferred_source))
-            if key]
-        return ", ".join(parts) or "none"
 
 
-@dataclass(frozen=True, slots=True)
-class TopologyProblem:
-    """Why a gang's topology constraint cannot be used; the gang waits and users are told this."""
-
-    message: str
 
 
-Parsed = TopologyConstraint | TopologyProblem
-NONE = TopologyConstraint()
 
 
 def _dict(value: object) -> Mapping[str, Any]:

@@ -29,6 +29,7 @@ from extender.engine.ports import Binder
 from extender.engine.requests import FilterArgs, FilterResult, check_node_names
 from extender.errors import GroupError, ObjectError, ProtocolError
 from extender.gangs.ledger import GangLedger
+from extender.gangs.topology import Domain
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,9 @@ class Engine(BindingVerbs):
                     self.ledger.note_waiting(facts.record, verdict)
                     return _all_failed(args.node_names, verdict)
             result, entry = self._node_verdicts(args, facts, gang, key)
+            domain = self.ledger.domain_of(gang) if gang is not None else None
+            if domain is not None:
+                result = self._within_domain(result, domain, gang)
             if not result.feasible:
                 self.ledger.note_blocked(_record(facts))
         if entry is not None and key is not None:
@@ -135,6 +139,18 @@ class Engine(BindingVerbs):
             failed = {n: verdict_of[n] for n in names if verdict_of[n] != FIT}
         result = FilterResult(feasible, _within_budget(failed) if failed else failed, {})
         return result, entry if key is not None else None
+
+    def _within_domain(self, result: FilterResult, domain: Domain, gang: GangKey | None) -> FilterResult:
+        """``result`` with the feasible nodes outside the gang's topology domain moved to the failed ones
+        (a gang with a required topology key keeps every member in one domain)."""
+        nodes = self.mirror.nodes
+        outside = [name for name in result.feasible if not domain.holds(nodes[name])]
+        if not outside:
+            return result
+        reason = f"outside the topology domain {domain} of gang {gang}"
+        failed = _within_budget({**result.failed, **dict.fromkeys(outside, reason)})
+        inside = set(result.feasible).difference(outside)
+        return FilterResult([name for name in result.feasible if name in inside], failed, result.failed_unresolvable)
 
     @staticmethod
     def _all_fit(entry: NodeVerdicts, names: list[Any]) -> bool:

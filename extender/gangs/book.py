@@ -19,22 +19,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from extender.cluster.fit import placement_failure, shortfall
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import (
+    NONE,
     GangKey,
     GangPhase,
     GangPolicy,
     GangStatus,
     NodeRecord,
+    Parsed,
     PodRecord,
+    TopologyConstraint,
     Verdict,
 )
 from extender.cluster.quantity import Resources, describe
 from extender.cluster.records import pod_placement
+from extender.cluster.topology import merge
+from extender.gangs.topology import Domain, DomainReport
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +73,13 @@ class GangState:
     never_fits: Verdict | None = None
     never_fits_checked: int = -1  # mirror.node_set_generation of that check
     woken_after_backoff: bool = True
-    never_fits_members: tuple[str, ...] = ()  # uids of the members that check planned
+    never_fits_members: tuple[object, ...] = ()  # uids of the members that check planned, and the constraint
     failed_plan: Verdict | None = None  # the wait verdict of the last admission plan that did not fit
     failed_plan_inputs: tuple[object, ...] = ()  # (mirror.generation, needed, members) it was planned for
     held_ever: set[str] = field(default_factory=set)  # uids held at the barrier in this attempt
+    constraint: TopologyConstraint = NONE  # the gang's topology constraint when it was last planned
+    domain: Domain | None = None  # while admitted: the topology domain its reservation is in
+    other_domains: tuple[DomainReport, ...] = ()  # the last plan's best other domains and what they lack
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +100,10 @@ class GangBook:
                  on_wake: Callable[[list[PodRecord]], None] | None = None,
                  on_status: Callable[[GangKey, GangStatus], None] | None = None,
                  max_held_binds: int | None = None, hold_seconds: float = 29.0,
-                 max_release_members: int | None = None) -> None:
+                 max_release_members: int | None = None, topology_levels: Sequence[str] = ()) -> None:
         self.mirror = mirror
+        # Node label keys widest first (--topology-levels): where a preferred constraint falls back to.
+        self.topology_levels = tuple(topology_levels)
         # The longest a bind may be held, counted from its request's arrival: kube-scheduler's
         # httpTimeout less a margin, so the answer (a release's Bindings included) reaches the caller
         # while it still waits. A gang's own timeout bounds its attempt, never one hold.
@@ -211,6 +221,7 @@ class GangBook:
         state.admitted_at = None
         state.deadline = None
         state.held_ever = set()
+        state.domain = None
         self.mirror.reserve(state.gang, ())
         if had_reservation:
             self._capacity_freed()
@@ -238,6 +249,41 @@ class GangBook:
             self._answer(state, hold, message)
         self.counters["holds_recycled"] += len(holds)
         log.info("%s", message)
+
+    # ------------------------------------------------------------------------------ topology
+    def constraint_of(self, policy: GangPolicy, members: Sequence[PodRecord]) -> Parsed:
+        """The gang's effective topology constraint: its group object's and its members' merged."""
+        if policy.topology is NONE and all(p.topology is NONE for p in members):
+            return NONE  # the common case, without a merge per member
+        return merge(policy.topology, [(p.name, p.topology) for p in members])
+
+    def placed_nodes(self, members: Sequence[PodRecord]) -> list[NodeRecord]:
+        """The nodes of the members bound or being bound (they pin a topology domain)."""
+        nodes = (self.mirror.nodes.get(self.mirror.placement(p.uid)) for p in members)
+        return [node for node in nodes if node is not None]
+
+    def domain_of(self, gang: GangKey) -> Domain | None:
+        """The domain a gang with a *required* topology key must keep its members in: while admitted,
+        the one its reservation is in; afterwards, the one its placed members are in. None: no such
+        constraint, or nothing pins a domain yet."""
+        with self.lock:
+            state = self._gangs.get(gang)
+            if state is None or not state.constraint.required:
+                return None
+            if state.domain is not None and state.domain.keys:
+                return state.domain
+            key = state.constraint.required
+            for node in self.placed_nodes(self.mirror.members(gang)):
+                if key in node.labels:
+                    return Domain((key,), (node.labels[key],))
+            return None
+
+    def _domain_error(self, gang: GangKey | None, node: NodeRecord) -> str:
+        """Why ``node`` is outside the topology domain of ``gang`` ("" when it is inside or there is none)."""
+        domain = self.domain_of(gang) if gang is not None else None
+        if domain is None or domain.holds(node):
+            return ""
+        return f"node {node.name} is outside gang {gang}'s topology domain {domain}"
 
     # ------------------------------------------------------------------------ release checks
     def _may_release(self, state: GangState, waiting: list[Hold], now: float, arriving: Hold | None = None) -> bool:
@@ -267,8 +313,8 @@ class GangBook:
             node = self.mirror.nodes.get(hold.node)
             if node is None:
                 return f"member {hold.pod.namespace}/{hold.pod.name}: node {hold.node} no longer exists"
-            reason = placement_failure(pod_placement(hold.pod), node)
-            if reason is not None:
+            reason = placement_failure(pod_placement(hold.pod), node) or self._domain_error(hold.pod.gang, node)
+            if reason:
                 return f"member {hold.pod.namespace}/{hold.pod.name} no longer fits node {hold.node}: {reason}"
             reason = self._overcommit(node, hold.pod.requests)
             if reason:
@@ -307,8 +353,8 @@ class GangBook:
         record = self.mirror.nodes.get(node)
         if record is None:
             return f"node {node} is not known to the extender"
-        reason = placement_failure(pod_placement(pod), record)
-        if reason is not None:
+        reason = placement_failure(pod_placement(pod), record) or self._domain_error(gang, record)
+        if reason:
             return f"pod {pod.namespace}/{pod.name} does not fit node {node}: {reason}"
         return self._room_error(pod, node, gang)
 

@@ -98,6 +98,7 @@ class GangFacts:
     never_fits: str = ""
     api_version: str = ""
     template: str = ""
+    topology: Mapping[str, Any] | None = None  # the constraint, the chosen domain, the best other domains
 
 
 def _state(facts: GangFacts, placed: int, holding: bool) -> str:
@@ -165,4 +166,5 @@ def explain(facts: GangFacts, nodes: Sequence[NodeRecord],
         "shortfall": shortfall.to_json() if shortfall else None,
         "heldPods": sorted(p.name for p in held),
         "pendingPods": sorted(p.name for p in pending)[:50],
+        **({"topology": dict(facts.topology)} if facts.topology else {}),  # only for a gang with a constraint
     }

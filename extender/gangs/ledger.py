@@ -27,10 +27,12 @@ from extender.cluster.model import (
     GangPolicy,
     GangStatus,
     PodRecord,
+    TopologyConstraint,
+    TopologyProblem,
     Verdict,
 )
-from extender.cluster.quantity import CPU
-from extender.gangs import explanation, planner, rules
+from extender.cluster.quantity import CPU, describe
+from extender.gangs import explanation, planner, rules, topology
 from extender.gangs.book import MAX_BLOCKED, GangState, Hold
 from extender.gangs.expiry import GangExpiry
 
@@ -93,6 +95,12 @@ class GangLedger(GangExpiry):
                 return Verdict(Code.WAIT_RESOLVABLE,
                                f"gang {gang} is backing off for {state.backoff_until - now:.0f}s after "
                                f"{state.timeouts} timeout(s) so other gangs can proceed")
+            constraint = self.constraint_of(policy, members)
+            if isinstance(constraint, TopologyProblem):
+                state.last_message = (f"gang {gang} cannot be placed: its topology constraint is unusable: "
+                                      f"{constraint.message}")
+                return Verdict(Code.WAIT_UNRESOLVABLE, state.last_message)
+            state.constraint = constraint
             verdict = self._never_fits(state, members)
             if verdict is not None:
                 return verdict
@@ -101,33 +109,47 @@ class GangLedger(GangExpiry):
             if verdict is not None:
                 state.last_message = verdict.message
                 return verdict
-            inputs = (self.mirror.generation, needed, tuple(members))
+            inputs = (self.mirror.generation, needed, tuple(members), constraint)
             if state.failed_plan is not None and state.failed_plan_inputs == inputs:
                 state.last_message = state.failed_plan.message
-                return state.failed_plan  # no capacity, member or count changed since it did not fit
+                return state.failed_plan  # no capacity, member, count or constraint changed since it did not fit
             pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
             chosen = planner.pick_for_reservation(pending, needed)
-            result = planner.plan(chosen, self.mirror.nodes.values(), self._free_for(gang), self._free_cpu_for(gang))
-            if not result.complete:
-                verdict = rules.admission_wait(gang, result, needed)
+            placement = topology.place(chosen, self.mirror.nodes.values(), self._free_for(gang),
+                                       self._free_cpu_for(gang), constraint, self.topology_levels,
+                                       bound_nodes=self.placed_nodes(placed))
+            state.other_domains = placement.others
+            if not placement.plan.complete:
+                verdict = rules.admission_wait(gang, placement.plan, needed)
                 state.last_message = verdict.message
                 state.failed_plan, state.failed_plan_inputs = verdict, inputs
                 return verdict
-            state.failed_plan, state.failed_plan_inputs = None, ()
-            state.admitted_at = now
-            state.deadline = now + self.timeout_for(policy)
-            self.mirror.reserve(gang, result.slots)
-            state.last_message = f"admitted: {needed} member(s) reserved on {len(result.per_node())} node(s)"
-            self.counters["admitted"] += 1
-            # Like the in-tree plugin activating siblings: members a gang rule rejected wait in the
-            # scheduler's unschedulable pool; wake those (the others are still queued: no API write).
-            rejected = self._rejected.pop(gang, set())
-            self.on_wake([p for p in pending if p.uid in rejected])
-            log.info("gang %s admitted: %s", gang, state.last_message)
-            self.on_event(chosen, "Normal", "GangAdmitted",
-                          f"gang {gang} admitted: capacity reserved for {needed} more member(s)")
-            self.on_status(gang, GangStatus(GangPhase.SCHEDULING, state.last_message, len(placed), policy.min_count))
+            self._admit(state, placement, chosen, pending, len(placed), now)
             return PASS
+
+    def _admit(self, state: GangState, placement: topology.TopologyPlan, chosen: list[PodRecord],
+               pending: list[PodRecord], placed: int, now: float) -> None:
+        """Reserve ``placement`` for the gang's ``chosen`` members and tell users."""
+        gang, policy, result = state.gang, state.policy, placement.plan
+        state.failed_plan, state.failed_plan_inputs = None, ()
+        state.admitted_at = now
+        state.deadline = now + self.timeout_for(policy)
+        state.domain = placement.domain
+        self.mirror.reserve(gang, result.slots)
+        where = _where(state.constraint, placement)
+        state.last_message = f"admitted: {len(chosen)} member(s) reserved on {len(result.per_node())} node(s){where}"
+        self.counters["admitted"] += 1
+        # Like the in-tree plugin activating siblings: members a gang rule rejected wait in the
+        # scheduler's unschedulable pool; wake those (the others are still queued: no API write).
+        rejected = self._rejected.pop(gang, set())
+        self.on_wake([p for p in pending if p.uid in rejected])
+        log.info("gang %s admitted: %s", gang, state.last_message)
+        self.on_event(chosen, "Normal", "GangAdmitted",
+                      f"gang {gang} admitted: capacity reserved for {len(chosen)} more member(s){where}")
+        if not placement.first_choice:
+            self.on_event(chosen, "Warning", "GangTopologyFallback",
+                          f"gang {gang}: no {state.constraint.preferred} domain could hold it; placed{where}")
+        self.on_status(gang, GangStatus(GangPhase.SCHEDULING, state.last_message, placed, policy.min_count))
 
     def held_demand(self) -> int:
         """Binds that gangs may hold at once: held now, plus reserved members still to come."""
@@ -158,13 +180,18 @@ class GangLedger(GangExpiry):
 
     def _never_fits(self, state: GangState, members: list[PodRecord]) -> Verdict | None:
         generation = self.mirror.node_set_generation
-        uids = tuple(p.uid for p in members)
+        uids = (*(p.uid for p in members), state.constraint)
         if state.never_fits_checked != generation or state.never_fits_members != uids:
             chosen = planner.pick_for_reservation(members, state.policy.min_count)
             result = planner.plan(chosen, self.mirror.nodes.values(), lambda node: node.allocatable,
                                 lambda node: node.allocatable.get(CPU, 0))
             fresh = None if result.complete else rules.never_fits(
                 state.gang, result, state.policy.min_count, len(self.mirror.nodes))
+            if fresh is None and state.constraint.required:
+                why = topology.never_fits(chosen, self.mirror.nodes.values(), state.constraint,
+                                          self.placed_nodes(members))
+                if why is not None:
+                    fresh = Verdict(Code.WAIT_UNRESOLVABLE, f"gang {state.gang} can never fit: {why}")
             if fresh is not None and state.never_fits is None:
                 self.counters["never_fits"] += 1
                 self.on_event(members, "Warning", "GangNeverFits", fresh.message)
@@ -347,16 +374,39 @@ class GangLedger(GangExpiry):
                                        message=message, api_version=meta.api_version if meta else "",
                                        template=meta.template if meta else "")
             waiting = {h.pod.uid for h in self._waiting(state)}
+            topology_view = self._topology_view(gang, policy, members, state)
             return explanation.GangFacts(
                 gang, exists, policy, members, placements, frozenset(waiting), self.mirror.reservation(gang),
                 admitted=state.admitted_at is not None, timeout_seconds=self.timeout_for(state.policy),
                 deadline_in=None if state.deadline is None else state.deadline - now,
                 backoff_in=max(state.backoff_until - now, 0.0), timeouts=state.timeouts, completed=state.completed,
                 message=state.last_message, never_fits=state.never_fits.message if state.never_fits else "",
-                api_version=meta.api_version if meta else "", template=meta.template if meta else "")
+                api_version=meta.api_version if meta else "", template=meta.template if meta else "",
+                topology=topology_view)
+
+    def _topology_view(self, gang: GangKey, policy: GangPolicy | None, members: tuple[PodRecord, ...],
+                       state: GangState) -> dict[str, Any] | None:
+        """What ``explain`` shows of the gang's topology constraint (None: it has none)."""
+        constraint = self.constraint_of(policy, members) if policy is not None else state.constraint
+        if isinstance(constraint, TopologyProblem):
+            return {"constraint": None, "problem": constraint.message}
+        if constraint.empty:
+            return None
+        domain = state.domain if state.admitted_at is not None else self.domain_of(gang)
+        return {"constraint": constraint.describe(), "domain": str(domain) if domain else None,
+                "level": domain.level if domain and domain.keys else None,
+                "otherDomains": [{"domain": str(r.domain), "nodes": r.nodes, "freeCpu": describe({CPU: r.free_cpu}),
+                                  "lacks": r.lacks or None} for r in state.other_domains]}
 
     def explain(self, gang: GangKey) -> dict[str, Any]:
         """The explanation of one gang (``GET /explain``), computed under the lock."""
         with self.lock:
             facts = self.facts(gang)
             return explanation.explain(facts, list(self.mirror.nodes.values()), self._free_for(gang))
+
+
+def _where(constraint: TopologyConstraint, placement: topology.TopologyPlan) -> str:
+    """Where a constrained gang was placed, for messages ("" without a constraint)."""
+    if constraint.empty or placement.domain is None:
+        return ""
+    return f" in {placement.domain} ({constraint.describe()})"

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from extender.cluster.model import NodeRecord, PodRecord
 from extender.cluster.quantity import CPU, Resources, describe
 from extender.cluster.topology import HOSTNAME, TopologyConstraint
-from extender.gangs.planner import Plan, plan
+from extender.gangs import planner
+from extender.gangs.planner import Plan
 
 Rung = tuple[str, ...]
 """The label keys of one level: a domain is the nodes with the same value of each; () is every node."""
@@ -37,6 +38,10 @@ Rung = tuple[str, ...]
 class Domain:
     keys: Rung
     values: tuple[str, ...]
+
+    def holds(self, node: NodeRecord) -> bool:
+        """Whether ``node`` is in the domain (every node is in the domain across domains)."""
+        return all(node.labels.get(key) == value for key, value in zip(self.keys, self.values, strict=True))
 
     @property
     def level(self) -> str:
@@ -181,7 +186,7 @@ class _Search:
     def plan_in(self, level: _Rung, values: tuple[str, ...]) -> Plan:
         found = level.plans.get(values)
         if found is None:
-            found = level.plans[values] = plan(self.members, level.domains[values], self.free_of, self.free_cpu)
+            found = level.plans[values] = planner.plan(self.members, level.domains[values], self.free_of, self.free_cpu)
         return found
 
     def try_level(self, rung: Rung, bound_nodes: Sequence[NodeRecord]) -> _Rung:
@@ -235,13 +240,13 @@ def place(members: Sequence[PodRecord], nodes: Iterable[NodeRecord], free_of: Ca
     node_list = list(nodes)
     rungs = ladder(constraint, levels)
     if rungs == [()]:
-        unconstrained = plan(members, node_list, free_of, free_cpu)
+        unconstrained = planner.plan(members, node_list, free_of, free_cpu)
         return TopologyPlan(unconstrained, ACROSS if unconstrained.complete else None, True)
     search = _Search(members, node_list, free_of, free_cpu)
     last: _Rung | None = None
     for index, rung in enumerate(rungs):
         if not rung:  # a preferred constraint no domain of any level could satisfy: across domains
-            across = plan(members, node_list, free_of, free_cpu)
+            across = planner.plan(members, node_list, free_of, free_cpu)
             others = search.others(last, report) if last is not None else ()
             return TopologyPlan(across, ACROSS if across.complete else None, False, others)
         last = search.try_level(rung, bound_nodes)

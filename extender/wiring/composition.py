@@ -73,7 +73,8 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
                         max_held_binds=held_bind_budget(settings.threads),
                         hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds,
                         max_release_members=(settings.release_intents_max_bytes // INTENT_BYTES_PER_MEMBER
-                                             if settings.leader_election == "on" else None))
+                                             if settings.leader_election == "on" else None),
+                        topology_levels=config.topology_levels(settings))
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
                     release_log=release_log, scheduler_names=config.scheduler_names(settings),
                     answer_margin=settings.bind_answer_margin_seconds, may_act=may_act)

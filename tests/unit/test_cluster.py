@@ -39,12 +39,14 @@ def test_node_records_and_node_set_generation() -> None:
                        taints=[{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]))
     assert m.generation == generation, "an identical update changes nothing"
     m.upsert_node(node("n1", cpu="2", memory="4Gi", labels={"zone": "b"}))
-    assert m.generation == generation + 1 and m.node_set_generation == 1  # relabel: not a resize
-    m.upsert_node(node("n1", cpu="3", memory="4Gi", labels={"zone": "b"}))
+    assert m.generation == generation + 1 and m.node_set_generation == 2  # relabel: topology domains changed
+    m.upsert_node(node("n1", cpu="2", memory="4Gi", labels={"zone": "b"}))  # taints only: the same domains
     assert m.node_set_generation == 2
+    m.upsert_node(node("n1", cpu="3", memory="4Gi", labels={"zone": "b"}))
+    assert m.node_set_generation == 3
     m.delete_node("n1")
     m.delete_node("n1")  # deleting twice is harmless
-    assert m.nodes == {} and m.node_set_generation == 3
+    assert m.nodes == {} and m.node_set_generation == 4
 
 
 # ------------------------------------------------------------------------------------ accounting

@@ -13,6 +13,7 @@ import pytest
 from extender.cluster.model import NodeRecord, PodRecord, Taint
 from extender.cluster.quantity import Resources
 from extender.cluster.topology import HOSTNAME, TopologyConstraint
+from extender.gangs import planner
 from extender.gangs import topology as gt
 from extender.gangs.planner import plan
 from extender.gangs.topology import ACROSS, Domain, DomainReport, ladder, never_fits, place
@@ -193,7 +194,7 @@ def test_domains_short_of_cpu_are_never_planned(monkeypatch: pytest.MonkeyPatch)
         planned.append([n.name for n in nodes])
         return plan(gang, nodes, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(gt, "plan", spy)
+    monkeypatch.setattr(planner, "plan", spy)
     result = place(members(2), NODES, lambda n: free[n.name], lambda n: free[n.name]["cpu"], required(RACK), report=0)
     assert result.domain == Domain((RACK,), ("b1x",))
     assert planned == [["b1x0", "b1x1"]]  # racks a1x and a1y (2 cpu free of 8) and the empty ones: not planned

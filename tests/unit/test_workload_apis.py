@@ -28,7 +28,16 @@ from extender.cluster.groups import (
     workload_groups,
 )
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GangKey, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef
+from extender.cluster.model import (
+    GangKey,
+    GangPhase,
+    GangPolicy,
+    GangStatus,
+    GroupKind,
+    GroupRef,
+    Source,
+    TopologyConstraint,
+)
 from extender.cluster.records import pod_record
 from extender.files.snapshot import load_into
 
@@ -86,7 +95,8 @@ def test_empty_or_odd_scheduling_group_is_no_gang(value: object) -> None:
 @pytest.mark.parametrize(("name", "groups"), [
     ("workload-v1alpha1.json", {GroupRef(GroupKind.WORKLOAD, "ml", "training-job-workload", "workers"): GangPolicy(4),
                                 GroupRef(GroupKind.WORKLOAD, "ml", "training-job-workload", "driver"): None}),
-    ("podgroup-v1alpha2.json", {GroupRef(PG, "ml", "training-workers-0"): GangPolicy(4)}),
+    ("podgroup-v1alpha2.json", {GroupRef(PG, "ml", "training-workers-0"): GangPolicy(4, topology=TopologyConstraint(
+        "topology.kubernetes.io/zone", required_source=Source.PODGROUP_FIELD))}),
     ("podgroup-v1alpha3.json", {GroupRef(PG, "ml", "training-workers"): GangPolicy(3)}),
     ("podgroup-v1beta1.json", {GroupRef(PG, "ml", "training-workers"): GangPolicy(8, 45.0)}),
     ("podgroup-v1beta1-basic.json", {GroupRef(PG, "ml", "driver"): None}),
