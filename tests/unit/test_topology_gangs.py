@@ -1,0 +1,136 @@
+"""Topology constraints through the engine: admission by domain, members kept in it, fail fast,
+fallback, bad constraints, and what explain shows.
+
+The cluster: 2 zones x 2 blocks x 2 racks x 2 nodes of 4 cpu (16 nodes), labelled
+``topology.kubernetes.io/zone``, ``example.com/block``, ``example.com/rack``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from extender.cluster.topology import ANNOTATION_PREFERRED, ANNOTATION_REQUIRED
+from tests.builders import Harness, bind_args, coscheduling_podgroup, filter_args, make_engine, node, pod
+
+ZONE, BLOCK, RACK = "topology.kubernetes.io/zone", "example.com/block", "example.com/rack"
+LEVELS = (ZONE, BLOCK, RACK)
+
+
+def labels(zone: int, block: int, rack: int) -> dict[str, str]:
+    return {ZONE: f"z{zone}", BLOCK: f"z{zone}b{block}", RACK: f"z{zone}b{block}r{rack}"}
+
+
+NODES = {f"n-{z}{b}{r}{i}": labels(z, b, r) for z in range(2) for b in range(2) for r in range(2) for i in range(2)}
+NAMES = sorted(NODES)
+
+
+@pytest.fixture
+def h() -> Iterator[Harness]:
+    harness = make_engine(timeout_seconds=30.0, backoff_seconds=10.0, bind_to_mirror=True, topology_levels=LEVELS)
+    harness.add(*(node(name, cpu="4", labels=node_labels) for name, node_labels in NODES.items()))
+    yield harness
+    harness.binder.gate.set()
+    harness.close()
+
+
+def gang(h: Harness, name: str, count: int, min_count: int, cpu: str = "3", **annotations: str) -> list[dict[str, Any]]:
+    members = [pod(f"{name}-{i}", cpu=cpu, pod_group=name, annotations=annotations or None) for i in range(count)]
+    h.add(coscheduling_podgroup(name, min_count), *members)
+    return members
+
+
+def rack_of(name: str) -> str:
+    return NODES[name][RACK]
+
+
+def bind_all(h: Harness, members: list[dict[str, Any]], nodes: list[str]) -> dict[str, str]:
+    """Bind each member to its node from its own thread (held binds wait for their quorum)."""
+    results: dict[str, str] = {}
+
+    def run(raw: dict[str, Any], target: str) -> None:
+        results[raw["metadata"]["name"]] = h.engine.bind(bind_args(raw, target))
+
+    threads = [threading.Thread(target=run, args=(m, n)) for m, n in zip(members, nodes, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    return results
+
+
+def test_a_required_rack_gang_is_reserved_in_one_rack_and_steered_there(h: Harness) -> None:
+    members = gang(h, "rack", 2, 2, **{ANNOTATION_REQUIRED: RACK})
+    result = h.engine.filter(filter_args(members[0], NAMES))
+    reserved = sorted(h.mirror.reservation(h.mirror.pod("default", "rack-0").gang))  # type: ignore[arg-type]
+    assert len(reserved) == 2 and len({rack_of(n) for n in reserved}) == 1
+    assert set(result.feasible) <= set(reserved) and result.feasible
+
+
+def test_members_beyond_min_count_stay_in_the_gang_domain(h: Harness) -> None:
+    members = gang(h, "beyond", 3, 2, cpu="2", **{ANNOTATION_REQUIRED: RACK})
+    first = h.engine.filter(filter_args(members[0], NAMES)).feasible
+    second = h.engine.filter(filter_args(members[1], NAMES)).feasible
+    assert bind_all(h, members[:2], [first[0], second[0]]) == {"beyond-0": "", "beyond-1": ""}
+    rack = rack_of(first[0])
+    # The gang is complete. Its third member (2 cpu) fits on every node of the other racks, and on its
+    # own rack's: only those may take it.
+    result = h.engine.filter(filter_args(members[2], NAMES))
+    assert result.feasible and all(rack_of(n) == rack for n in result.feasible)
+    outside = [n for n in NAMES if rack_of(n) != rack]
+    assert all("outside the topology domain" in result.failed[n] for n in outside)
+    error = bind_all(h, [members[2]], [outside[0]])["beyond-2"]
+    assert f"is outside gang default/beyond's topology domain {RACK}={rack}" in error
+
+
+def test_a_required_rack_no_rack_can_hold_fails_fast_naming_the_largest(h: Harness) -> None:
+    members = gang(h, "big", 3, 3, **{ANNOTATION_REQUIRED: RACK})  # 3 x 3 cpu: a rack has 2 nodes of 4
+    result = h.engine.filter(filter_args(members[0], NAMES))
+    assert not result.feasible
+    message = next(iter(result.failed_unresolvable.values()))
+    assert "can never fit" in message and f"no {RACK} domain can hold all 3 members even when empty" in message
+    assert "GangNeverFits" in h.events.reasons()
+
+
+def test_a_preferred_rack_that_no_rack_holds_falls_back_to_one_block(h: Harness) -> None:
+    members = gang(h, "pref", 3, 3, **{ANNOTATION_PREFERRED: RACK})
+    h.engine.filter(filter_args(members[0], NAMES))
+    reserved = sorted(h.mirror.reservation(h.mirror.pod("default", "pref-0").gang))  # type: ignore[arg-type]
+    assert len(reserved) == 3 and len({NODES[n][BLOCK] for n in reserved}) == 1
+    assert "GangTopologyFallback" in h.events.reasons()
+    fallback = h.events.of("GangTopologyFallback")[0][3]
+    assert f"no {RACK} domain could hold it" in fallback and f"{BLOCK}=" in fallback
+
+
+@pytest.mark.parametrize(("annotations", "problem"), [
+    ({ANNOTATION_REQUIRED: "not a key!"}, "annotation gang-extender.io/topology-required"),
+    ({ANNOTATION_REQUIRED: RACK, "kueue.x-k8s.io/podset-required-topology": BLOCK}, "two different required"),
+])
+def test_an_unusable_constraint_makes_the_gang_wait_and_says_why(h: Harness, annotations: dict[str, str],
+                                                                 problem: str) -> None:
+    members = gang(h, "bad", 2, 2, **annotations)
+    result = h.engine.filter(filter_args(members[0], NAMES))
+    assert not result.feasible and not h.mirror.reservation(h.mirror.pod("default", "bad-0").gang)  # type: ignore[arg-type]
+    message = next(iter(result.failed_unresolvable.values()))
+    assert "topology constraint is unusable" in message and problem in message
+
+
+def test_members_that_disagree_make_the_gang_wait(h: Harness) -> None:
+    first = pod("mixed-0", cpu="1", pod_group="mixed", annotations={ANNOTATION_REQUIRED: RACK})
+    second = pod("mixed-1", cpu="1", pod_group="mixed", annotations={ANNOTATION_REQUIRED: BLOCK})
+    h.add(coscheduling_podgroup("mixed", 2), first, second)
+    message = next(iter(h.engine.filter(filter_args(first, NAMES)).failed_unresolvable.values()))
+    assert "members disagree on the required topology key" in message
+
+
+def test_explain_shows_the_constraint_and_the_domain(h: Harness) -> None:
+    members = gang(h, "shown", 2, 2, **{ANNOTATION_REQUIRED: RACK})
+    h.engine.filter(filter_args(members[0], NAMES))
+    [explained] = h.engine.explain("default", "shown")
+    topology = explained["topology"]
+    assert topology["constraint"] == f"required {RACK} (gang-extender annotation on the pods)"
+    assert topology["domain"].startswith(f"{RACK}=") and topology["level"] == RACK
+    assert topology["otherDomains"] and all(o["domain"].startswith(f"{RACK}=") for o in topology["otherDomains"])
