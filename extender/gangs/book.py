@@ -78,6 +78,7 @@ class GangState:
     failed_plan_inputs: tuple[object, ...] = ()  # (mirror.generation, needed, members) it was planned for
     held_ever: set[str] = field(default_factory=set)  # uids held at the barrier in this attempt
     constraint: TopologyConstraint = NONE  # the gang's topology constraint when it was last planned
+    constraint_known: bool = False  # ``constraint`` was read (planned, or read for ``domain_of``)
     domain: Domain | None = None  # while admitted: the topology domain its reservation is in
     other_domains: tuple[DomainReport, ...] = ()  # the last plan's best other domains and what they lack
 
@@ -268,7 +269,14 @@ class GangBook:
         constraint, or nothing pins a domain yet."""
         with self.lock:
             state = self._gangs.get(gang)
-            if state is None or not state.constraint.required:
+            if state is None:
+                return None
+            if not state.constraint_known:  # not planned by this process (a restart): read it once
+                _, policy = self.mirror.gang_policy(gang)
+                constraint = self.constraint_of(policy, self.mirror.members(gang)) if policy else NONE
+                state.constraint = constraint if isinstance(constraint, TopologyConstraint) else NONE
+                state.constraint_known = True
+            if not state.constraint.required:
                 return None
             if state.domain is not None and state.domain.keys:
                 return state.domain

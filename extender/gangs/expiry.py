@@ -152,6 +152,7 @@ class GangExpiry(GangBook):
             log.info("gang %s: policy changed from minCount %d to %s", gang, state.policy.min_count,
                      policy.min_count if policy else "none (not a gang)")
             state.never_fits_checked = -1
+            state.constraint_known = False  # the group's topology constraint may have changed too
             if policy is None:  # no longer a gang (or gone): nothing may stay held
                 if waiting and self._release_now(state, waiting):
                     releases.append(Release(gang, waiting))

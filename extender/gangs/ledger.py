@@ -100,7 +100,7 @@ class GangLedger(GangExpiry):
                 state.last_message = (f"gang {gang} cannot be placed: its topology constraint is unusable: "
                                       f"{constraint.message}")
                 return Verdict(Code.WAIT_UNRESOLVABLE, state.last_message)
-            state.constraint = constraint
+            state.constraint, state.constraint_known = constraint, True
             verdict = self._never_fits(state, members)
             if verdict is not None:
                 return verdict
