@@ -69,7 +69,7 @@ def _topology_lines(topology: Mapping[str, Any] | None) -> list[str]:
         return [f"Topology:    unusable: {topology['problem']}"]
     lines = [f"Topology:    {topology.get('constraint')}; domain: {topology.get('domain') or 'none chosen yet'}"]
     for other in topology.get("otherDomains") or []:
-        lines.append(f"             {other.get('domain')} ({other.get('nodes')} nodes, {other.get('freeCpu')} cpu "
+        lines.append(f"             {other.get('domain')} ({other.get('nodes')} nodes, {other.get('freeCpu')} "
                      f"free): {other.get('lacks') or 'could hold it too'}")
     return lines
 

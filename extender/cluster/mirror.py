@@ -303,6 +303,16 @@ class ClusterMirror:
             uids = self._members.get(gang, ())
             return sorted((self._pods[uid] for uid in uids), key=lambda p: (p.name, p.uid))
 
+    def member_label(self, gang: GangKey, key: str) -> str | None:
+        """The value of label ``key`` on the node of some bound or assumed member of ``gang`` (None: no
+        such member's node has it). Unordered, and stops at the first: cheap for a placed gang."""
+        with self.lock:
+            for uid in self._members.get(gang, ()):
+                node = self.nodes.get(self._placement(self._pods[uid]))
+                if node is not None and key in node.labels:
+                    return node.labels[key]
+            return None
+
     def member_count(self, gang: GangKey) -> int:
         return len(self._members.get(gang, ()))
 

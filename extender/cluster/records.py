@@ -87,11 +87,17 @@ def shared(requests: Resources) -> Resources:
     return requests
 
 
+def _list(value: object) -> list[Any]:
+    """``value`` if it is a list, else empty: a field of the wrong type constrains nothing here (the API
+    server validates types; a snapshot file or a request may not)."""
+    return value if isinstance(value, list) else []
+
+
 def _requirements(raw: object, field: bool) -> list[Requirement]:
     out = []
-    for item in raw if isinstance(raw, list) else []:
+    for item in _list(raw):
         if isinstance(item, dict):
-            values = tuple(str(v) for v in item.get("values") or [])
+            values = tuple(str(v) for v in _list(item.get("values")))
             out.append(Requirement(str(item.get("key", "")), str(item.get("operator", "")), values, field))
     return out
 
@@ -107,13 +113,13 @@ def placement_from_spec(spec: Mapping[str, Any]) -> Placement:
         node_affinity, dict) else None
     terms: list[tuple[Requirement, ...]] = []
     if isinstance(required, dict):
-        for term in required.get("nodeSelectorTerms") or []:
+        for term in _list(required.get("nodeSelectorTerms")):
             if isinstance(term, dict):
                 reqs = _requirements(term.get("matchExpressions"), False)
                 reqs += _requirements(term.get("matchFields"), True)
                 terms.append(tuple(reqs))
     tolerations = []
-    for tol in spec.get("tolerations") or []:
+    for tol in _list(spec.get("tolerations")):
         if isinstance(tol, dict):
             tolerations.append(Toleration(str(tol.get("key") or ""), str(tol.get("operator") or "Equal"),
                                           str(tol.get("value") or ""), str(tol.get("effect") or "")))

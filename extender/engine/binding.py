@@ -57,7 +57,7 @@ class BindingVerbs:
 
     def sweep(self, min_interval: float = 0.0) -> None:
         """The ledger's sweep; binds, in the background, the quorums a policy change completed."""
-        for release in self.ledger.sweep(min_interval):
+        for release in self.ledger.sweep(min_interval, release=True):
             threading.Thread(target=self._release, args=(release.gang, release.holds), name="gang-release",
                              daemon=True).start()
 

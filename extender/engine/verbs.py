@@ -141,16 +141,18 @@ class Engine(BindingVerbs):
         return result, entry if key is not None else None
 
     def _within_domain(self, result: FilterResult, domain: Domain, gang: GangKey | None) -> FilterResult:
-        """``result`` with the feasible nodes outside the gang's topology domain moved to the failed ones
-        (a gang with a required topology key keeps every member in one domain)."""
-        nodes = self.mirror.nodes
-        outside = [name for name in result.feasible if not domain.holds(nodes[name])]
-        if not outside:
+        """``result`` without the feasible nodes outside the gang's topology domain (a gang with a
+        required topology key keeps every member in one domain). Like steering, nodes left out while
+        some node of the domain is feasible appear in neither map; with none, each says why."""
+        allowed = self.ledger.nodes_in(domain)
+        if allowed.issuperset(result.feasible):
             return result
+        inside = [name for name in result.feasible if name in allowed]
+        if inside:
+            return FilterResult(inside, result.failed, result.failed_unresolvable)
         reason = f"outside the topology domain {domain} of gang {gang}"
-        failed = _within_budget({**result.failed, **dict.fromkeys(outside, reason)})
-        inside = set(result.feasible).difference(outside)
-        return FilterResult([name for name in result.feasible if name in inside], failed, result.failed_unresolvable)
+        failed = _within_budget({**result.failed, **dict.fromkeys(result.feasible, reason)})
+        return FilterResult([], failed, result.failed_unresolvable)
 
     @staticmethod
     def _all_fit(entry: NodeVerdicts, names: list[Any]) -> bool:

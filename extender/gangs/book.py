@@ -130,6 +130,7 @@ class GangBook:
         self._rejected: dict[GangKey, set[str]] = {}  # members a gang rule rejected: woken at admission
         self._approved: set[str] = set()  # members of a release a previous leader left open: bind at once
         self._swept_at = float("-inf")  # when sweep last walked every gang
+        self._domain_nodes: dict[Domain, tuple[int, frozenset[str]]] = {}  # per node_set_generation
         self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0,
                          "releases_resumed": 0, "holds_recycled": 0, "releases_aborted": 0}
 
@@ -264,27 +265,46 @@ class GangBook:
         return [node for node in nodes if node is not None]
 
     def domain_of(self, gang: GangKey) -> Domain | None:
-        """The domain a gang with a *required* topology key must keep its members in: while admitted,
-        the one its reservation is in; afterwards, the one its placed members are in. None: no such
-        constraint, or nothing pins a domain yet."""
+        """The domain of its *required* topology key that a gang must keep its members in: while
+        admitted, that of its reservation; otherwise that of its placed members. None: no required
+        key, or nothing pins a domain yet. (A preferred level narrower than the required key steers
+        the reserved members; it never excludes a node.)"""
         with self.lock:
             state = self._gangs.get(gang)
-            if state is None:
+            key = self._constraint_known(gang, state).required
+            if not key:
                 return None
-            if not state.constraint_known:  # not planned by this process (a restart): read it once
-                _, policy = self.mirror.gang_policy(gang)
-                constraint = self.constraint_of(policy, self.mirror.members(gang)) if policy else NONE
-                state.constraint = constraint if isinstance(constraint, TopologyConstraint) else NONE
-                state.constraint_known = True
-            if not state.constraint.required:
-                return None
-            if state.domain is not None and state.domain.keys:
-                return state.domain
-            key = state.constraint.required
-            for node in self.placed_nodes(self.mirror.members(gang)):
-                if key in node.labels:
-                    return Domain((key,), (node.labels[key],))
-            return None
+            if state is not None and state.admitted_at is not None and state.domain is not None:
+                within = state.domain.within(key)
+                if within is not None:
+                    return within
+            value = self.mirror.member_label(gang, key)
+            return None if value is None else Domain((key,), (value,))
+
+    def _constraint_known(self, gang: GangKey, state: GangState | None) -> TopologyConstraint:
+        """The gang's constraint as last planned; read from the mirror when this process has not planned
+        the gang (a restart or a takeover): kept on its state, read again each time without one."""
+        if state is not None and state.constraint_known:
+            return state.constraint
+        _, policy = self.mirror.gang_policy(gang)
+        parsed = self.constraint_of(policy, self.mirror.members(gang)) if policy else NONE
+        constraint = parsed if isinstance(parsed, TopologyConstraint) else NONE
+        if state is not None:
+            state.constraint, state.constraint_known = constraint, True
+        return constraint
+
+    def nodes_in(self, domain: Domain) -> frozenset[str]:
+        """The names of the nodes in ``domain``, computed once per set of nodes and labels."""
+        with self.lock:
+            generation = self.mirror.node_set_generation
+            known = self._domain_nodes.get(domain)
+            if known is not None and known[0] == generation:
+                return known[1]
+            if len(self._domain_nodes) >= MAX_BLOCKED:
+                self._domain_nodes.clear()
+            names = frozenset(name for name, node in self.mirror.nodes.items() if domain.holds(node))
+            self._domain_nodes[domain] = (generation, names)
+            return names
 
     def _domain_error(self, gang: GangKey | None, node: NodeRecord) -> str:
         """Why ``node`` is outside the topology domain of ``gang`` ("" when it is inside or there is none)."""

@@ -95,17 +95,19 @@ class GangExpiry(GangBook):
             return answered
 
     # -------------------------------------------------------------- sweep and policy changes
-    def sweep(self, min_interval: float = 0.0) -> list[Release]:
-        """Follow policy changes, expire overdue gangs and forget gangs with no members left. Returns
-        the quorums a policy change completed: each is marked releasing, and the caller must bind it
-        and report with ``released`` (``Engine.sweep`` does).
+    def sweep(self, min_interval: float = 0.0, *, release: bool = False) -> list[Release]:
+        """Follow policy changes, expire overdue gangs and forget gangs with no members left.
+
+        With ``release`` (the caller binds: ``Engine.sweep``), returns the quorums a policy change
+        completed, each marked releasing: the caller must bind every one and report with ``released``.
+        Without it nothing is marked, and the next bind request of such a gang completes its quorum.
 
         The walk over every gang is skipped if one ran less than ``min_interval`` ago: a filter
         sweeps with a short interval, as walking hundreds of admitted gangs on every request was a
         third of the filter's time in a backlog (held binds expire themselves at their deadline, and
         the background tick sweeps every second in any case)."""
         with self.lock:
-            releases = self._follow_policy_changes()
+            releases = self._follow_policy_changes(release)
             now = self.clock()
             if now - self._swept_at < min_interval:
                 return releases
@@ -127,7 +129,7 @@ class GangExpiry(GangBook):
                 del self._rejected[gang]
             return releases
 
-    def _follow_policy_changes(self) -> list[Release]:
+    def _follow_policy_changes(self, release: bool) -> list[Release]:
         """Re-evaluate gangs whose group changed its policy (1.37 PodGroups: ``minCount`` is mutable).
 
         Waiting members are woken (the quorum gate may pass now). A gang whose held + placed members
@@ -154,12 +156,12 @@ class GangExpiry(GangBook):
             state.never_fits_checked = -1
             state.constraint_known = False  # the group's topology constraint may have changed too
             if policy is None:  # no longer a gang (or gone): nothing may stay held
-                if waiting and self._release_now(state, waiting):
+                if waiting and release and self._release_now(state, waiting):
                     releases.append(Release(gang, waiting))
                 continue
             state.policy = policy
             if waiting and len(placed) + len(waiting) >= policy.min_count:
-                if self._release_now(state, waiting):
+                if release and self._release_now(state, waiting):
                     releases.append(Release(gang, waiting))
             elif state.admitted_at is not None:
                 needed = policy.min_count - len(placed) - len(waiting)

@@ -39,6 +39,13 @@ class Domain:
     keys: Rung
     values: tuple[str, ...]
 
+    def within(self, key: str) -> Domain | None:
+        """This domain cut down to its levels up to and including ``key`` (None: ``key`` is not one)."""
+        if key not in self.keys:
+            return None
+        end = self.keys.index(key) + 1
+        return Domain(self.keys[:end], self.values[:end])
+
     def holds(self, node: NodeRecord) -> bool:
         """Whether ``node`` is in the domain (every node is in the domain across domains)."""
         return all(node.labels.get(key) == value for key, value in zip(self.keys, self.values, strict=True))

@@ -150,6 +150,22 @@ def test_next_bind_after_a_drop_completes_the_quorum_too(h: Harness, binds: Bind
     assert binds.join() == {"m0": "", "m1": ""}
 
 
+def test_a_sweep_that_does_not_bind_leaves_a_completed_quorum_to_the_next_bind(h: Harness, binds: Binds) -> None:
+    """Only a caller that binds (``Engine.sweep``) gets the releases; any other sweep marks nothing, so
+    no hold is left releasing with nobody to bind it."""
+    members = [member(i, cpu="3") for i in range(4)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
+    h.add(*members)
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+    binds.start(members[0], "n1")
+    binds.start(members[1], "n2")
+    wait_until(lambda: h.ledger.held_count() == 2)
+    set_min_count(h, 2)  # the two held binds are a complete quorum now
+    assert h.ledger.sweep() == []
+    binds.start(members[2], "n3")
+    assert binds.join() == {"m0": "", "m1": "", "m2": ""}
+
+
 def test_raising_min_count_of_an_admitted_gang_without_holds_replans(h: Harness) -> None:
     members = [member(i, cpu="3") for i in range(4)]
     h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(2))

@@ -190,6 +190,19 @@ def test_pod_record_non_member_keeps_placement_fields_until_bound() -> None:
     assert pod_record(raw_pod(nodeSelector={"pool": "gpu"}, node="n1")).spec is None
 
 
+@pytest.mark.parametrize("spec", [
+    {"tolerations": "x"},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": 7}}}},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "In", "values": 7}]}]}}}},
+])
+def test_pod_record_reads_placement_fields_of_the_wrong_type_as_constraining_nothing(spec: dict[str, Any]) -> None:
+    """A snapshot file may hold what the API server would refuse: the pod is still mirrored."""
+    record = pod_record(raw_pod(**spec))
+    assert record.placement is not None and record.placement.tolerations == ()
+    assert all(requirement.values == () for term in record.placement.affinity_terms for requirement in term)
+
+
 def test_pod_record_annotation_policy() -> None:
     record = pod_record(raw_pod(annotations={ANNOTATION_GROUP: "g", ANNOTATION_MIN_COUNT: "3"}))
     assert record.gang == GangKey(GroupRef(GroupKind.ANNOTATION, "ns", "g"))

@@ -81,9 +81,15 @@ def test_members_beyond_min_count_stay_in_the_gang_domain(h: Harness) -> None:
     result = h.engine.filter(filter_args(members[2], NAMES))
     assert result.feasible and all(rack_of(n) == rack for n in result.feasible)
     outside = [n for n in NAMES if rack_of(n) != rack]
-    assert all("outside the topology domain" in result.failed[n] for n in outside)
+    assert not set(outside) & (set(result.feasible) | set(result.failed))  # left out, like steering
     error = bind_all(h, [members[2]], [outside[0]])["beyond-2"]
     assert f"is outside gang default/beyond's topology domain {RACK}={rack}" in error
+    # With its own rack full, every other node says why it is not feasible.
+    inside = [n for n in NAMES if rack_of(n) == rack]
+    h.add(*(pod(f"filler-{n}", cpu="4", node=n) for n in inside))
+    full = h.engine.filter(filter_args(members[2], NAMES))
+    assert not full.feasible
+    assert all(full.failed[n] == f"outside the topology domain {RACK}={rack} of gang default/beyond" for n in outside)
 
 
 def test_a_required_rack_no_rack_can_hold_fails_fast_naming_the_largest(h: Harness) -> None:
@@ -134,3 +140,27 @@ def test_explain_shows_the_constraint_and_the_domain(h: Harness) -> None:
     assert topology["constraint"] == f"required {RACK} (gang-extender annotation on the pods)"
     assert topology["domain"].startswith(f"{RACK}=") and topology["level"] == RACK
     assert topology["otherDomains"] and all(o["domain"].startswith(f"{RACK}=") for o in topology["otherDomains"])
+
+
+def test_a_bind_with_no_filter_before_it_is_still_kept_in_the_domain(h: Harness) -> None:
+    """After a restart or a takeover the first request for a gang may be a bind: the domain its bound
+    members pin is read from the mirror, not from state this process never built."""
+    rack_nodes = [n for n in NAMES if rack_of(n) == "z0b0r0"]
+    placed = [pod(f"done-{i}", cpu="1", pod_group="done", node=rack_nodes[i],
+                  annotations={ANNOTATION_REQUIRED: RACK}) for i in range(2)]
+    late = pod("done-2", cpu="1", pod_group="done", annotations={ANNOTATION_REQUIRED: RACK})
+    h.add(coscheduling_podgroup("done", 2), *placed, late)
+    elsewhere = next(n for n in NAMES if rack_of(n) != "z0b0r0")
+    assert "outside gang default/done's topology domain" in bind_all(h, [late], [elsewhere])["done-2"]
+    assert bind_all(h, [late], [rack_nodes[1]]) == {"done-2": ""}
+
+
+def test_a_preferred_level_under_the_required_key_steers_but_never_excludes(h: Harness) -> None:
+    members = gang(h, "zoned", 2, 2, cpu="2", **{ANNOTATION_REQUIRED: ZONE, ANNOTATION_PREFERRED: RACK})
+    h.engine.filter(filter_args(members[0], NAMES))
+    key = h.mirror.pod("default", "zoned-0").gang
+    assert key is not None
+    reserved = sorted(h.mirror.reservation(key))
+    assert len({rack_of(n) for n in reserved}) == 1  # the preferred rack holds the reservation
+    domain = h.ledger.domain_of(key)
+    assert domain is not None and domain.keys == (ZONE,) and domain.values == (NODES[reserved[0]][ZONE],)
