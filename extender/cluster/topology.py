@@ -6,7 +6,7 @@ from each place it can be written, and merging them into one effective constrain
 
 - ``scheduling.k8s.io`` PodGroup ``v1alpha2`` (1.36), ``v1alpha3``/``v1beta1`` (1.37):
   ``spec.schedulingConstraints.topology: [{key}]``, at most one entry, required only
-  (docs/notes-topology-api.md);
+  (docs/versions.md, "Topology constraints");
 - Kueue's pod-template annotations on the members: ``kueue.x-k8s.io/podset-required-topology`` and
   ``kueue.x-k8s.io/podset-preferred-topology``;
 - gang-extender's annotations ``gang-extender.io/topology-required`` and

@@ -1,7 +1,7 @@
 """Topology constraints (issue 12): label keys, reading the constraint from every source, merging.
 
 Label key cases follow the API server's rules (k8s.io/apimachinery ``content.IsLabelKey``); the PodGroup
-shapes follow k8s.io/api v0.37.2 (docs/notes-topology-api.md). Every bad input gives a problem string.
+shapes follow k8s.io/api v0.37.2 (docs/versions.md, "Topology constraints"). Every bad input gives a problem string.
 """
 
 from __future__ import annotations
