@@ -115,9 +115,7 @@ class GangLedger(GangExpiry):
                 return state.failed_plan  # no capacity, member, count or constraint changed since it did not fit
             pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
             chosen = planner.pick_for_reservation(pending, needed)
-            placement = topology.place(chosen, self.mirror.nodes.values(), self._free_for(gang),
-                                       self._free_cpu_for(gang), constraint, self.topology_levels,
-                                       bound_nodes=self.placed_nodes(placed))
+            placement = self._plan_by_domain(gang, chosen, pending, constraint, placed)
             state.other_domains = placement.others
             if not placement.plan.complete:
                 verdict = rules.admission_wait(gang, placement.plan, needed)
@@ -126,6 +124,23 @@ class GangLedger(GangExpiry):
                 return verdict
             self._admit(state, placement, chosen, pending, len(placed), now)
             return PASS
+
+    def _plan_by_domain(self, gang: GangKey, chosen: list[PodRecord], pending: list[PodRecord],
+                        constraint: TopologyConstraint, placed: list[PodRecord]) -> topology.TopologyPlan:
+        """Where ``chosen`` (the members to reserve for) go under ``constraint``. A preferred level is
+        chosen for the whole gang, every pending member (the narrowest level with one domain that holds
+        them all), and ``chosen`` are then reserved inside that domain."""
+        free_of, free_cpu = self._free_for(gang), self._free_cpu_for(gang)
+        nodes, bound = self.mirror.nodes.values(), self.placed_nodes(placed)
+        if constraint.preferred and len(pending) > len(chosen):
+            whole = topology.place(pending, nodes, free_of, free_cpu, constraint, self.topology_levels,
+                                   bound_nodes=bound)
+            if whole.domain is not None and whole.domain.keys:
+                inside = self.nodes_in(whole.domain)
+                within = planner.plan(chosen, [n for n in nodes if n.name in inside], free_of, free_cpu)
+                if within.complete:
+                    return topology.TopologyPlan(within, whole.domain, whole.first_choice, whole.others)
+        return topology.place(chosen, nodes, free_of, free_cpu, constraint, self.topology_levels, bound_nodes=bound)
 
     def _admit(self, state: GangState, placement: topology.TopologyPlan, chosen: list[PodRecord],
                pending: list[PodRecord], placed: int, now: float) -> None:

@@ -164,3 +164,17 @@ def test_a_preferred_level_under_the_required_key_steers_but_never_excludes(h: H
     assert len({rack_of(n) for n in reserved}) == 1  # the preferred rack holds the reservation
     domain = h.ledger.domain_of(key)
     assert domain is not None and domain.keys == (ZONE,) and domain.values == (NODES[reserved[0]][ZONE],)
+
+
+def test_a_preferred_level_is_chosen_for_every_member_that_exists_not_only_the_quorum(h: Harness) -> None:
+    """minCount 2 of 4 members of 3 cpu: a rack (2 nodes of 4 cpu) holds the quorum, not the gang; the
+    narrowest level that holds all four is a block, and the quorum is reserved there."""
+    members = gang(h, "whole", 4, 2, **{ANNOTATION_PREFERRED: RACK})
+    h.engine.filter(filter_args(members[0], NAMES))
+    key = h.mirror.pod("default", "whole-0").gang
+    assert key is not None
+    reserved = sorted(h.mirror.reservation(key))
+    assert len(reserved) == 2 and len({NODES[n][BLOCK] for n in reserved}) == 1
+    [explained] = h.engine.explain("default", "whole")
+    assert explained["topology"]["domain"].startswith(f"{BLOCK}=")
+    assert "GangTopologyFallback" in h.events.reasons()
