@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from extender.cluster.groups import GROUP_PARSERS, GroupMeta, group_meta
@@ -81,16 +81,18 @@ class ClusterMirror:
         return self._node_set_generation
 
     # ------------------------------------------------------------------------------------- nodes
-    def upsert_node(self, obj: Mapping[str, Any]) -> None:
+    def upsert_node(self, obj: Mapping[str, Any]) -> str:
+        """Add or update a node; returns its name."""
         record = node_record(obj)
         with self.lock:
             old = self.nodes.get(record.name)
             if old == record:
-                return
+                return record.name
             self.nodes[record.name] = record
             if old is None or old.allocatable != record.allocatable or old.labels != record.labels:
                 self._node_set_generation += 1  # what an empty cluster can hold (labels: topology domains)
             self._touch(record.name)
+            return record.name
 
     def delete_node(self, name: str) -> None:
         with self.lock:
@@ -99,22 +101,24 @@ class ClusterMirror:
                 self._touch(name)
 
     def replace_nodes(self, objs: Iterable[Mapping[str, Any]]) -> None:
-        """A relist: the given nodes are the whole truth (malformed ones are skipped and counted).
+        """A relist: the given nodes are the whole truth (``_relist``)."""
+        self._relist(objs, self.upsert_node, lambda: self.nodes, self.delete_node)
 
-        Objects are applied one at a time (each under the lock), so a relist streaming pages from the
-        API server does not block readers for its whole duration.
-        """
+    def _relist(self, objs: Iterable[Mapping[str, Any]], upsert: Callable[[Mapping[str, Any]], Hashable],
+                existing: Callable[[], Iterable[Hashable]], delete: Callable[[Any], None]) -> None:
+        """Apply ``objs`` as the whole truth of one collection: ``upsert`` each (it returns the object's
+        key; a malformed one is skipped and counted), then ``delete`` every key of ``existing()`` not
+        seen. Objects are applied one at a time (each under the lock), so a relist streaming pages
+        from the API server does not block readers for its whole duration."""
         seen = set()
         for obj in objs:
             try:
-                self.upsert_node(obj)
+                seen.add(upsert(obj))
             except ValueError:
                 self.rejected_objects += 1
-                continue
-            seen.add(str(obj["metadata"]["name"]))
         with self.lock:
-            for name in [name for name in self.nodes if name not in seen]:
-                self.delete_node(name)
+            for key in [key for key in existing() if key not in seen]:
+                delete(key)
 
     # -------------------------------------------------------------------------------------- pods
     def _placement(self, pod: PodRecord) -> str:
@@ -167,16 +171,8 @@ class ClusterMirror:
                 del self._uid_by_key[old.key]
 
     def replace_pods(self, objs: Iterable[Mapping[str, Any]]) -> None:
-        """A relist of pods; like ``replace_nodes``."""
-        seen = set()
-        for obj in objs:
-            try:
-                seen.add(self.upsert_pod(obj).uid)
-            except ValueError:
-                self.rejected_objects += 1
-        with self.lock:
-            for uid in [uid for uid in self._pods if uid not in seen]:
-                self.delete_pod(uid)
+        """A relist of pods (``_relist``)."""
+        self._relist(objs, lambda obj: self.upsert_pod(obj).uid, lambda: self._pods, self.delete_pod)
 
     def pod(self, namespace: str, name: str) -> PodRecord | None:
         with self.lock:
@@ -233,7 +229,8 @@ class ClusterMirror:
             self._account(bound, +1)
 
     # ------------------------------------------------------------------------------------ groups
-    def upsert_group(self, kind: GroupKind, obj: Mapping[str, Any]) -> None:
+    def upsert_group(self, kind: GroupKind, obj: Mapping[str, Any]) -> ObjectKey:
+        """Add or update a group object; returns its (namespace, name)."""
         groups = GROUP_PARSERS[kind](obj)
         meta = group_meta(kind, obj)
         metadata = obj.get("metadata") or {}
@@ -251,6 +248,7 @@ class ClusterMirror:
                 self._group_meta[ref] = meta
             self._groups.update(groups)
             self._group_objects[key] = tuple(groups)
+            return key[1]
 
     def delete_group(self, kind: GroupKind, namespace: str, name: str) -> None:
         with self.lock:
@@ -270,20 +268,10 @@ class ClusterMirror:
             return changes
 
     def replace_groups(self, kind: GroupKind, objs: Iterable[Mapping[str, Any]]) -> None:
-        """A relist of one kind of group object; like ``replace_nodes``."""
-        seen = set()
-        for obj in objs:
-            try:
-                self.upsert_group(kind, obj)
-            except ValueError:
-                self.rejected_objects += 1
-                continue
-            metadata = obj.get("metadata") or {}
-            seen.add((str(metadata.get("namespace") or "default"), str(metadata.get("name"))))
-        with self.lock:
-            for object_kind, key in list(self._group_objects):
-                if object_kind is kind and key not in seen:
-                    self.delete_group(kind, *key)
+        """A relist of one kind of group object (``_relist``)."""
+        self._relist(objs, lambda obj: self.upsert_group(kind, obj),
+                     lambda: [key for object_kind, key in self._group_objects if object_kind is kind],
+                     lambda key: self.delete_group(kind, *key))
 
     def gang_policy(self, gang: GangKey) -> tuple[bool, GangPolicy | None]:
         """(group definition exists, its gang policy or None for a non-gang group)."""

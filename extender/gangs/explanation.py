@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.cluster.fit import placement_failure
-from extender.cluster.model import GangKey, GangPolicy, NodeRecord, PodRecord
-from extender.cluster.quantity import PODS, Resources, add_into, describe
+from extender.cluster.model import GangKey, GangPolicy, NodeRecord, Parsed, PodRecord, TopologyProblem
+from extender.cluster.quantity import CPU, PODS, Resources, add_into, describe
 from extender.gangs import planner
 from extender.gangs.planner import Plan, _shapes, pick_for_reservation
+from extender.gangs.topology import Domain, DomainReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,3 +169,17 @@ def explain(facts: GangFacts, nodes: Sequence[NodeRecord],
         "pendingPods": sorted(p.name for p in pending)[:50],
         **({"topology": dict(facts.topology)} if facts.topology else {}),  # only for a gang with a constraint
     }
+
+
+def topology_view(constraint: Parsed, domain: Domain | None,
+                  others: Sequence[DomainReport]) -> dict[str, Any] | None:
+    """What ``explain`` shows of a gang's topology constraint: the constraint and where it was written,
+    the domain it keeps to, and the best other domains with what they lack (None: no constraint)."""
+    if isinstance(constraint, TopologyProblem):
+        return {"constraint": None, "problem": constraint.message}
+    if constraint.empty:
+        return None
+    return {"constraint": constraint.describe(), "domain": str(domain) if domain else None,
+            "level": domain.level if domain and domain.keys else None,
+            "otherDomains": [{"domain": str(r.domain), "nodes": r.nodes, "freeCpu": describe({CPU: r.free_cpu}),
+                              "lacks": r.lacks or None} for r in others]}

@@ -27,11 +27,10 @@ from extender.cluster.model import (
     GangPolicy,
     GangStatus,
     PodRecord,
-    TopologyConstraint,
     TopologyProblem,
     Verdict,
 )
-from extender.cluster.quantity import CPU, describe
+from extender.cluster.quantity import CPU
 from extender.gangs import explanation, planner, rules, topology
 from extender.gangs.book import MAX_BLOCKED, GangState, Hold
 from extender.gangs.expiry import GangExpiry
@@ -115,7 +114,9 @@ class GangLedger(GangExpiry):
                 return state.failed_plan  # no capacity, member, count or constraint changed since it did not fit
             pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
             chosen = planner.pick_for_reservation(pending, needed)
-            placement = self._plan_by_domain(gang, chosen, pending, constraint, placed)
+            placement = topology.place_gang(chosen, pending, self.mirror.nodes.values(), self._free_for(gang),
+                                            self._free_cpu_for(gang), constraint, self.topology_levels,
+                                            bound_nodes=self.placed_nodes(placed))
             state.other_domains = placement.others
             if not placement.plan.complete:
                 verdict = rules.admission_wait(gang, placement.plan, needed)
@@ -124,23 +125,6 @@ class GangLedger(GangExpiry):
                 return verdict
             self._admit(state, placement, chosen, pending, len(placed), now)
             return PASS
-
-    def _plan_by_domain(self, gang: GangKey, chosen: list[PodRecord], pending: list[PodRecord],
-                        constraint: TopologyConstraint, placed: list[PodRecord]) -> topology.TopologyPlan:
-        """Where ``chosen`` (the members to reserve for) go under ``constraint``. A preferred level is
-        chosen for the whole gang, every pending member (the narrowest level with one domain that holds
-        them all), and ``chosen`` are then reserved inside that domain."""
-        free_of, free_cpu = self._free_for(gang), self._free_cpu_for(gang)
-        nodes, bound = self.mirror.nodes.values(), self.placed_nodes(placed)
-        if constraint.preferred and len(pending) > len(chosen):
-            whole = topology.place(pending, nodes, free_of, free_cpu, constraint, self.topology_levels,
-                                   bound_nodes=bound)
-            if whole.domain is not None and whole.domain.keys:
-                inside = self.nodes_in(whole.domain)
-                within = planner.plan(chosen, [n for n in nodes if n.name in inside], free_of, free_cpu)
-                if within.complete:
-                    return topology.TopologyPlan(within, whole.domain, whole.first_choice, whole.others)
-        return topology.place(chosen, nodes, free_of, free_cpu, constraint, self.topology_levels, bound_nodes=bound)
 
     def _admit(self, state: GangState, placement: topology.TopologyPlan, chosen: list[PodRecord],
                pending: list[PodRecord], placed: int, now: float) -> None:
@@ -151,7 +135,7 @@ class GangLedger(GangExpiry):
         state.deadline = now + self.timeout_for(policy)
         state.domain = placement.domain
         self.mirror.reserve(gang, result.slots)
-        where = _where(state.constraint, placement)
+        where = topology.where(state.constraint, placement)
         state.last_message = f"admitted: {len(chosen)} member(s) reserved on {len(result.per_node())} node(s){where}"
         self.counters["admitted"] += 1
         # Like the in-tree plugin activating siblings: members a gang rule rejected wait in the
@@ -403,15 +387,8 @@ class GangLedger(GangExpiry):
                        state: GangState) -> dict[str, Any] | None:
         """What ``explain`` shows of the gang's topology constraint (None: it has none)."""
         constraint = self.constraint_of(policy, members) if policy is not None else state.constraint
-        if isinstance(constraint, TopologyProblem):
-            return {"constraint": None, "problem": constraint.message}
-        if constraint.empty:
-            return None
         domain = state.domain if state.admitted_at is not None else self.domain_of(gang)
-        return {"constraint": constraint.describe(), "domain": str(domain) if domain else None,
-                "level": domain.level if domain and domain.keys else None,
-                "otherDomains": [{"domain": str(r.domain), "nodes": r.nodes, "freeCpu": describe({CPU: r.free_cpu}),
-                                  "lacks": r.lacks or None} for r in state.other_domains]}
+        return explanation.topology_view(constraint, domain, state.other_domains)
 
     def explain(self, gang: GangKey) -> dict[str, Any]:
         """The explanation of one gang (``GET /explain``), computed under the lock."""
@@ -419,9 +396,3 @@ class GangLedger(GangExpiry):
             facts = self.facts(gang)
             return explanation.explain(facts, list(self.mirror.nodes.values()), self._free_for(gang))
 
-
-def _where(constraint: TopologyConstraint, placement: topology.TopologyPlan) -> str:
-    """Where a constrained gang was placed, for messages ("" without a constraint)."""
-    if constraint.empty or placement.domain is None:
-        return ""
-    return f" in {placement.domain} ({constraint.describe()})"

@@ -264,6 +264,24 @@ def place(members: Sequence[PodRecord], nodes: Iterable[NodeRecord], free_of: Ca
     return _no_domain(search, last, report)
 
 
+def place_gang(chosen: Sequence[PodRecord], pending: Sequence[PodRecord], nodes: Iterable[NodeRecord],
+               free_of: Callable[[NodeRecord], Resources], free_cpu: Callable[[NodeRecord], int],
+               constraint: TopologyConstraint, levels: Sequence[str] = (),
+               bound_nodes: Sequence[NodeRecord] = ()) -> TopologyPlan:
+    """``place`` for admission: where ``chosen`` (the members reserved for, a subset of ``pending``)
+    go. A preferred level is chosen for the whole gang, every pending member (the narrowest level
+    with one domain that holds them all), and ``chosen`` are placed inside that domain."""
+    node_list = list(nodes)
+    if constraint.preferred and len(pending) > len(chosen):
+        whole = place(pending, node_list, free_of, free_cpu, constraint, levels, bound_nodes)
+        if whole.domain is not None and whole.domain.keys:
+            domain = whole.domain
+            within = planner.plan(chosen, [n for n in node_list if domain.holds(n)], free_of, free_cpu)
+            if within.complete:
+                return TopologyPlan(within, domain, whole.first_choice, whole.others)
+    return place(chosen, node_list, free_of, free_cpu, constraint, levels, bound_nodes)
+
+
 def _no_domain(search: _Search, level: _Rung, report: int) -> TopologyPlan:
     """A required constraint that no allowed domain of its level satisfies."""
     key = level.rung[-1]
@@ -301,3 +319,10 @@ def never_fits(members: Sequence[PodRecord], nodes: Iterable[NodeRecord], constr
         f"has {describe({CPU: closest.free_cpu})} allocatable of the {describe({CPU: demand})} needed")
     return (f"no {key} domain can hold all {len(members)} members even when empty; the largest, {closest.domain} "
             f"({closest.nodes} nodes), {lacks}")
+
+
+def where(constraint: TopologyConstraint, placement: TopologyPlan) -> str:
+    """Where a constrained gang was placed, for messages ("" without a constraint or a domain)."""
+    if constraint.empty or placement.domain is None:
+        return ""
+    return f" in {placement.domain} ({constraint.describe()})"
