@@ -101,10 +101,12 @@ class GangBook:
                  on_wake: Callable[[list[PodRecord]], None] | None = None,
                  on_status: Callable[[GangKey, GangStatus], None] | None = None,
                  max_held_binds: int | None = None, hold_seconds: float = 29.0,
-                 max_release_members: int | None = None, topology_levels: Sequence[str] = ()) -> None:
+                 max_release_members: int | None = None, topology_levels: Sequence[str] = (),
+                 levels_for: Callable[[TopologyConstraint], tuple[str, ...]] | None = None) -> None:
         self.mirror = mirror
-        # Node label keys widest first (--topology-levels): where a preferred constraint falls back to.
+        # Preferred fallback order, widest first: levels_for(constraint) (cluster.levels), else --topology-levels.
         self.topology_levels = tuple(topology_levels)
+        self.levels_for = levels_for or (lambda _constraint: self.topology_levels)
         # The longest a bind may be held, counted from its request's arrival: kube-scheduler's
         # httpTimeout less a margin, so the answer (a release's Bindings included) reaches the caller
         # while it still waits. A gang's own timeout bounds its attempt, never one hold.

@@ -108,14 +108,15 @@ class GangLedger(GangExpiry):
             if verdict is not None:
                 state.last_message = verdict.message
                 return verdict
-            inputs = (self.mirror.generation, needed, tuple(members), constraint)
+            levels = self.levels_for(constraint)
+            inputs = (self.mirror.generation, needed, tuple(members), constraint, levels)
             if state.failed_plan is not None and state.failed_plan_inputs == inputs:
                 state.last_message = state.failed_plan.message
                 return state.failed_plan  # no capacity, member, count or constraint changed since it did not fit
             pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
             chosen = planner.pick_for_reservation(pending, needed)
             placement = topology.place_gang(chosen, pending, self.mirror.nodes.values(), self._free_for(gang),
-                                            self._free_cpu_for(gang), constraint, self.topology_levels,
+                                            self._free_cpu_for(gang), constraint, levels,
                                             bound_nodes=self.placed_nodes(placed))
             state.other_domains = placement.others
             if not placement.plan.complete:

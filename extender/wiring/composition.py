@@ -17,6 +17,7 @@ from typing import Any
 
 from extender import config
 from extender.cluster.cache import FilterCache
+from extender.cluster.levels import TopologyLevels
 from extender.cluster.mirror import ClusterMirror
 from extender.config import Settings
 from extender.engine.ports import Binder, ReleaseLog
@@ -34,6 +35,7 @@ from extender.kube.lease import ElectionConfig, KubeLeaseApi, default_namespace
 from extender.kube.status import StatusWriter
 from extender.wiring.discovery import GroupWatches
 from extender.wiring.feeds import MirrorFeeds
+from extender.wiring.kueue import TopologyFeed, TopologyWatch
 from extender.wiring.leadership import Leadership
 from extender.wiring.reporting import GangReports, status_writer
 from extender.wiring.runtime import API_PROBE_SECONDS, Runtime, freeze_heap
@@ -57,8 +59,11 @@ def held_bind_budget(threads: int) -> int:
 def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror], Binder], sink: Sink,
             patch: Patch, apply_status: Callable[[dict[str, Any]], None] | None = None,
             release_log: ReleaseLog | None = None, journal: ReleaseJournal | None = None,
-            may_act: Callable[[], bool] = lambda: True) -> Runtime:
-    """The mirror, cache, ledger, engine and writers of one extender, wired together (nothing started)."""
+            may_act: Callable[[], bool] = lambda: True, levels: TopologyLevels | None = None) -> Runtime:
+    """The mirror, cache, ledger, engine and writers of one extender, wired together (nothing started).
+
+    ``levels`` gives each gang's preferred-fallback level order (default: ``--topology-levels`` only)."""
+    levels = levels or TopologyLevels(config.topology_levels(settings))
     mirror = ClusterMirror()
     cache = FilterCache(settings.cache_size, settings.cache_ttl_seconds)
     events = EventRecorder(sink)
@@ -74,7 +79,7 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
                         hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds,
                         max_release_members=(settings.release_intents_max_bytes // INTENT_BYTES_PER_MEMBER
                                              if settings.leader_election == "on" else None),
-                        topology_levels=config.topology_levels(settings))
+                        topology_levels=levels.static, levels_for=levels.levels_for)
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
                     release_log=release_log, scheduler_names=config.scheduler_names(settings),
                     answer_margin=settings.bind_answer_margin_seconds, may_act=may_act)
@@ -104,15 +109,18 @@ def from_api(settings: Settings) -> Runtime:
         log.warning("release journal %s: %d release(s) were interrupted (a crash?); they are finished once "
                     "nodes and pods are listed", settings.release_journal, len(journal.unfinished))
     elector, intents, leading = _election(settings, kube, lambda: runtime.leadership)
+    levels = TopologyLevels(config.topology_levels(settings))
     runtime = compose(settings, "api", lambda _m: KubeBinder(kube), _if(leading, kube.create_event),
                       _if(leading, kube.annotate_pod), _if(leading, apply_status), intents or journal, journal,
-                      leading)
+                      leading, levels)
     if elector is not None and intents is not None:
         runtime.leadership = Leadership(settings.lease_duration_seconds, runtime.ledger, runtime.mirror)
         runtime.leadership.attach(elector, intents)
     feeds = MirrorFeeds(runtime.mirror, kube, runtime.stop_event)
     runtime.group_watches = GroupWatches(kube.serves, feeds.start_group, feeds.stop_group)
-    runtime.starter = ApiStart(runtime, kube, feeds, runtime.group_watches, elector).run
+    topology_feed = TopologyFeed(levels, kube)
+    topology = TopologyWatch(kube.serves, topology_feed.start, topology_feed.stop_watch)
+    runtime.starter = ApiStart(runtime, kube, feeds, runtime.group_watches, elector, topology, topology_feed).run
     return runtime
 
 
@@ -120,16 +128,21 @@ def from_api(settings: Settings) -> Runtime:
 class ApiStart:
     """What the ``discovery`` thread does in API mode: discover the group APIs (retrying with back-off
     until it works once), start the node and pod watches, the API probe and the elector, finish the
-    start (``Runtime.finish_start``), then re-discover every ``discovery_interval_seconds``."""
+    start (``Runtime.finish_start``), then re-discover every ``discovery_interval_seconds``. Kueue's
+    Topology API is discovered in the same rounds but apart: its failure is logged, never blocks the
+    start, and its watch is not part of readiness (``wiring.kueue``)."""
 
     runtime: Runtime
     kube: KubeClient
     feeds: MirrorFeeds
     watches: GroupWatches
     elector: LeaderElector | None
+    topology: TopologyWatch | None = None
+    topology_feed: TopologyFeed | None = None
 
     def discover(self) -> bool:
         """One discovery round; a failure is kept for ``/readyz`` and changes no watch."""
+        self.discover_topology()
         try:
             changes = self.watches.discover()
         except KubeError as exc:
@@ -140,6 +153,18 @@ class ApiStart:
             log.info("group APIs: %s (watching %s)", ", ".join(changes),
                      ", ".join(f"{k}/{v}" for k, v in self.watches.versions().items()) or "none")
         return True
+
+    def discover_topology(self) -> None:
+        """Kueue's Topology API: a failure is logged and keeps the current watch; it never fails the round."""
+        if self.topology is None:
+            return
+        try:
+            changes = self.topology.discover()
+        except KubeError as exc:
+            log.warning("Kueue Topology discovery failed (%s); keeping the current watch", exc)
+            return
+        if changes:
+            log.info("Kueue Topology API: %s", ", ".join(changes))
 
     def run(self) -> None:
         runtime = self.runtime
@@ -165,6 +190,8 @@ class ApiStart:
             if not self.discover():
                 log.warning("API re-discovery failed (%s); keeping the current watches", runtime.discovery_error)
         self.feeds.stop_groups()
+        if self.topology_feed is not None:
+            self.topology_feed.stop_all()
 
 
 def _election(settings: Settings, kube: KubeClient, leadership: Callable[[], Leadership | None]) -> tuple[
