@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from extender.cluster.cache import FilterCache
 from extender.cluster.groups import ANNOTATION_TIMEOUT, COSCHEDULING_API, COSCHEDULING_LABEL, WORKLOAD_API
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GroupKind, PodRecord
+from extender.cluster.model import GroupKind, PodRecord, TopologyConstraint
 from extender.engine.ports import ReleaseLog
 from extender.engine.requests import BindArgs, FilterArgs
 from extender.engine.verbs import Engine
@@ -241,14 +241,15 @@ class Harness:
 def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0, cache_size: int = 4096,
                 cache_ttl: float = 300.0, clock: FakeClock | None = None, binder: FakeBinder | None = None,
                 bind_to_mirror: bool = False, bind_parallelism: int = 8,
-                release_log: ReleaseLog | None = None, topology_levels: Sequence[str] = ()) -> Harness:
+                release_log: ReleaseLog | None = None, topology_levels: Sequence[str] = (),
+                levels_for: Callable[[TopologyConstraint], tuple[str, ...]] | None = None) -> Harness:
     """Mirror + FilterCache + GangLedger(fake clock, event log) + Engine(fake binder)."""
     clock = clock or FakeClock()
     mirror = ClusterMirror()
     cache = FilterCache(cache_size, cache_ttl)
     events = EventLog()
     ledger = GangLedger(mirror, timeout_seconds=timeout_seconds, backoff_seconds=backoff_seconds, clock=clock,
-                        on_event=events, topology_levels=topology_levels)
+                        on_event=events, topology_levels=topology_levels, levels_for=levels_for)
     binder = binder or FakeBinder()
     if bind_to_mirror:
         binder.mirror = mirror

@@ -55,6 +55,7 @@ EXTENDER_GRANTS = {
     "podgroups.scheduling.x-k8s.io": {"list", "watch"},
     "podgroups.scheduling.k8s.io/status": {"patch"},
     "podgroups.scheduling.x-k8s.io/status": {"patch"},
+    "topologies.kueue.x-k8s.io": {"list", "watch"},
 }
 # Leader election and release intents: Leases, in the namespace gang-scheduler only; get and update of
 # the extender's own Lease only (`kubectl auth can-i --list` shows such a rule as "resource[name]").
@@ -72,6 +73,7 @@ EXTENDER_DENIED = [
     ("patch", "podgroups.scheduling.x-k8s.io", []), ("patch", "podgroups.scheduling.k8s.io", []),
     ("update", "podgroups.scheduling.k8s.io", ["--subresource=status"]), ("get", "podgroups.scheduling.k8s.io", []),
     ("create", "podgroups.scheduling.k8s.io", []), ("delete", "podgroups.scheduling.x-k8s.io", []),
+    ("get", "topologies.kueue.x-k8s.io", []), ("create", "topologies.kueue.x-k8s.io", []),
     ("update", "leases.coordination.k8s.io", []), ("delete", "leases.coordination.k8s.io", ["-n", NAMESPACE]),
     ("list", "leases.coordination.k8s.io", ["-n", NAMESPACE]), ("create", "leases.coordination.k8s.io", []),
     ("get", "leases.coordination.k8s.io/gang-scheduler", ["-n", NAMESPACE]),
