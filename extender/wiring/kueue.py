@@ -19,7 +19,14 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from extender.cluster.levels import KUEUE_GROUP, TOPOLOGY_RESOURCE, TOPOLOGY_VERSIONS, Rejected, TopologyLevels
+from extender.cluster.levels import (
+    KUEUE_GROUP,
+    TOPOLOGY_RESOURCE,
+    TOPOLOGY_VERSIONS,
+    Rejected,
+    TopologyLevels,
+    object_name,
+)
 from extender.kube.client import KubeClient
 from extender.kube.watching import Reflector, watch_or_gone
 
@@ -97,7 +104,11 @@ class TopologyFeed:
                                                    in sorted(self.levels.topologies().items())) or "none")
 
     def _apply(self, kind: str, obj: dict[str, Any]) -> None:
-        self._log(self.levels.apply(kind, obj))
+        rejected = self.levels.apply(kind, obj)
+        self._log(rejected)
+        if not rejected:
+            name = object_name(obj)
+            log.info("Kueue Topology %s %s: %s", name, kind.lower(), list(self.levels.topologies().get(name, ())))
 
     @staticmethod
     def _log(rejected: list[Rejected]) -> None:
