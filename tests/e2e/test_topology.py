@@ -194,3 +194,28 @@ def test_podgroup_topology_field_keeps_the_gang_in_one_rack(podgroup_cluster: di
     assert sampler.partial("pg-", 4) == []
     check_invariants(cp, podgroup_cluster["ext"])
     assert bound(cp, ns, "busy-")  # the occupying pods stay where they were put
+
+
+def test_a_podgroup_no_rack_can_hold_says_so_in_its_condition(podgroup_cluster: dict[str, Any]) -> None:
+    """The status each API version defines carries the topology reason (1.36 ``PodGroupScheduled``,
+    1.37 ``PodGroupInitiallyScheduled``: False, with the reason in the message)."""
+    cp: ControlPlane = podgroup_cluster["cp"]
+    api = podgroup_cluster["api"]
+    ns = "topo-podgroup-never"
+    cp.create_namespace(ns)
+    racks(cp, ns, {"z1-b1-a": 2, "z1-b1-b": 2})
+    create(cp, {"apiVersion": api, "kind": "PodGroup", "metadata": {"name": "big", "namespace": ns},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 3}},
+                         "schedulingConstraints": {"topology": [{"key": RACK}]}}})
+    spec = pod_spec(cpu="3", selector={"e2e-scenario": ns})
+    spec["schedulingGroup"] = {"podGroupName": "big"}
+    create(cp, *[pod(ns, f"big-{i}", spec) for i in range(3)])
+    expected = f"no {RACK} domain can hold all 3 members even when empty"
+
+    def conditions() -> list[dict[str, Any]]:
+        found = cp.request("GET", f"/apis/{api}/namespaces/{ns}/podgroups/big").get("status") or {}
+        return list(found.get("conditions") or [])
+
+    wait_for(lambda: any(c.get("status") == "False" and expected in c.get("message", "") for c in conditions()),
+             timeout=WAIT, what="a False scheduling condition naming the rack")
+    stays_unbound(cp, ns, "big-", 2)
