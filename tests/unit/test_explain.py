@@ -176,6 +176,22 @@ def test_render_is_readable() -> None:
     assert "Waiting:     gang ml/train is backing off" in text
 
 
+def test_render_shows_the_topology_constraint_its_domain_and_the_other_domains() -> None:
+    gang = {**ANSWER["gangs"][0], "topology": {  # type: ignore[index]
+        "constraint": "required example.com/rack (gang-extender annotation on the pods)",
+        "domain": "example.com/rack=r1", "level": "example.com/rack",
+        "otherDomains": [{"domain": "example.com/rack=r2", "nodes": 2, "freeCpu": "cpu=8", "lacks": None},
+                         {"domain": "example.com/rack=r3", "nodes": 2, "freeCpu": "cpu=2", "lacks": "lacks cpu=4"}]}}
+    text = explain.render({**ANSWER, "gangs": [gang]})
+    assert ("Topology:    required example.com/rack (gang-extender annotation on the pods); "
+            "domain: example.com/rack=r1") in text
+    assert "             example.com/rack=r2 (2 nodes, cpu=8 free): could hold it too" in text
+    assert "             example.com/rack=r3 (2 nodes, cpu=2 free): lacks cpu=4" in text
+    unusable = explain.render({**ANSWER, "gangs": [{**gang, "topology": {"constraint": None, "problem": "bad key"}}]})
+    assert "Topology:    unusable: bad key" in unusable
+    assert "Topology:" not in explain.render(ANSWER)
+
+
 class _Handler(BaseHTTPRequestHandler):
     answers: dict[str, tuple[int, Any]] = {}
 

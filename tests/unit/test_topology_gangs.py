@@ -8,6 +8,7 @@ The cluster: 2 zones x 2 blocks x 2 racks x 2 nodes of 4 cpu (16 nodes), labelle
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -178,3 +179,25 @@ def test_a_preferred_level_is_chosen_for_every_member_that_exists_not_only_the_q
     [explained] = h.engine.explain("default", "whole")
     assert explained["topology"]["domain"].startswith(f"{BLOCK}=")
     assert "GangTopologyFallback" in h.events.reasons()
+
+
+def test_a_held_member_whose_node_left_the_domain_aborts_the_release(h: Harness) -> None:
+    """The re-check before a release: a node relabelled out of the gang's rack while a member is held on
+    it means nothing of the gang is bound, and it is planned again."""
+    members = gang(h, "moved", 2, 2, cpu="3", **{ANNOTATION_REQUIRED: RACK})  # one member per node of a rack
+    first = h.engine.filter(filter_args(members[0], NAMES)).feasible[0]
+    results: dict[str, str] = {}
+    held = threading.Thread(target=lambda: results.update(zero=h.engine.bind(bind_args(members[0], first))),
+                            daemon=True)
+    held.start()
+    deadline = time.monotonic() + 2
+    while h.ledger.held_count() < 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    h.add(node(first, cpu="4", labels={**NODES[first], RACK: "elsewhere"}))
+    second = h.engine.filter(filter_args(members[1], NAMES)).feasible[0]
+    results["one"] = h.engine.bind(bind_args(members[1], second))
+    held.join(5)
+    assert "was not released" in results["zero"] and "outside gang default/moved's topology domain" in results["zero"]
+    assert results["one"] == results["zero"]
+    assert h.binder.bound_names == []
+    assert "GangReleaseAborted" in h.events.reasons()
