@@ -184,7 +184,9 @@ class Engine(BindingVerbs):
         reserved = self.mirror.reserved_nodes(gang)
         if not reserved:
             return {}
-        return {n: self._verdict(n, facts, gang) for n in reserved.intersection(check_node_names(names))}
+        offered = reserved.intersection(check_node_names(names))
+        self.ledger.note_offered(gang, offered)
+        return {n: self._verdict(n, facts, gang) for n in offered}
 
     def _fresh_entry(self, key: bytes | None, facts: PodFacts) -> NodeVerdicts:
         """The cached verdicts for ``key``, refreshed to the mirror's generation (under mirror.lock)."""

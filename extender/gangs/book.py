@@ -1,16 +1,13 @@
 """GangBook: the state of every gang the ledger enforces, and the steps every part of it shares (no I/O).
 
-Owns: per gang a ``GangState`` (admitted or not, the bind requests held at its barrier, the deadline of
-the current attempt, back-off, cached verdicts, the last reason it waited); the pods to wake when
-capacity frees up or their gang is admitted; the counters; the callbacks that tell users (Events,
-group status, wake-ups), handed values only; and the steps the admission, the barrier and the clock
-all take: answering a hold, recycling holds, dropping a gang's admission, and the checks a quorum
-must pass before it is bound (every member still fits where it is held). Must not: call the API
-server or block.
-
-The ledger is built in three layers, one class each: this book, the clock over it (``expiry``:
-deadlines, back-off, policy changes) and the ledger over that (``ledger``: admission and the bind
-barrier). All three share the mirror's lock, so a gang decision and the capacity it was based on are
+Owns: per gang a ``GangState`` (admitted or not, held binds, the attempt's deadline, back-off, cached
+verdicts, topology domain, the last reason it waited); the pods to wake when capacity frees up or their
+gang is admitted; the counters; the callbacks that tell users (Events, group status, wake-ups), handed
+values only; and the steps admission, the barrier and the clock all take: answering a hold, recycling
+holds, dropping an admission, and the checks a quorum must pass before it is bound. Must not: call
+the API server or block. The ledger is three layers, one class each: this book, the clock over it
+(``expiry``: deadlines, back-off, policy changes) and the ledger over that (``ledger``: admission and
+the bind barrier). All share the mirror's lock: a gang decision and the capacity it was based on are
 one consistent step.
 """
 
@@ -43,8 +40,7 @@ from extender.gangs.topology import Domain, DomainReport
 
 log = logging.getLogger(__name__)
 
-MAX_BLOCKED = 100_000
-"""The most pods remembered to wake (blocked for capacity, rejected by a gang rule, approved)."""
+MAX_BLOCKED = 100_000  # the most pods remembered to wake (blocked, rejected by a gang rule, approved)
 
 
 @dataclass(eq=False, slots=True)
@@ -81,6 +77,10 @@ class GangState:
     constraint_known: bool = False  # ``constraint`` was read (planned, or read for ``domain_of``)
     domain: Domain | None = None  # while admitted: the topology domain its reservation is in
     other_domains: tuple[DomainReport, ...] = ()  # the last plan's best other domains and what they lack
+    offered: set[str] = field(default_factory=set)  # reserved nodes kube-scheduler offered in this attempt
+    filters_seen: int = 0  # member filter requests in this attempt
+    avoid: frozenset[str] = frozenset()  # reserved nodes never offered in the last timed-out attempt
+    avoid_until: float = 0.0  # planning avoids them until then
 
 
 @dataclass(frozen=True, slots=True)

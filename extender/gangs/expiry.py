@@ -10,15 +10,20 @@ Must not: call the API server, block or bind: the engine binds what ``sweep`` re
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from extender.cluster.model import (
     GangKey,
     GangPhase,
     GangStatus,
+    NodeRecord,
 )
 from extender.gangs.book import GangBook, GangState, Hold, Release
 
 log = logging.getLogger(__name__)
+
+MIN_OFFERS = 2
+"""Member filter requests an attempt must have seen before a reserved node it never offered is avoided."""
 
 
 class GangExpiry(GangBook):
@@ -68,7 +73,7 @@ class GangExpiry(GangBook):
                 return
             message = (f"gang {gang} timed out after {self.timeout_for(state.policy):g}s with "
                        f"{len(waiting)} member(s) held of {state.policy.min_count} needed; "
-                       "released its reservation and backing off")
+                       "released its reservation and backing off") + self._judge_offers(state, now)
             for hold in waiting:
                 self._answer(state, hold, message)
             self._reset(state)
@@ -81,6 +86,34 @@ class GangExpiry(GangBook):
             log.warning("%s", message)
             self.on_event(self.mirror.members(gang), "Warning", "GangTimeout", message)
             self.on_status(gang, GangStatus(GangPhase.WAITING, message, 0, state.policy.min_count))
+
+    def note_offered(self, gang: GangKey, offered: Iterable[str]) -> None:
+        """A member's filter request offered these of the gang's reserved nodes (kube-scheduler sends only
+        nodes its own filters passed): the evidence ``_judge_offers`` reads when the attempt times out."""
+        with self.lock:
+            state = self._gangs.get(gang)
+            if state is not None and state.admitted_at is not None:
+                state.filters_seen += 1
+                state.offered.update(offered)
+
+    def _judge_offers(self, state: GangState, now: float) -> str:
+        """At a timeout: the reserved nodes kube-scheduler never offered in ``MIN_OFFERS`` or more member
+        filter requests are avoided by the next plans (for two timeouts' time), so a reservation its own
+        filters reject (inter-pod affinity, ports, volumes: what the plan does not model) is planned
+        away instead of waited on forever. Returns what to add to the timeout message."""
+        never = self.mirror.reserved_nodes(state.gang) - state.offered if state.filters_seen >= MIN_OFFERS else set()
+        state.offered, state.filters_seen = set(), 0
+        state.avoid, state.avoid_until = frozenset(never), now + 2 * self.timeout_for(state.policy)
+        if not never:
+            return ""
+        shown = ", ".join(sorted(never)[:5]) + (", ..." if len(never) > 5 else "")
+        return f"; kube-scheduler never offered its reserved node(s) {shown}: the next plan avoids them"
+
+    def plannable_nodes(self, state: GangState) -> Iterable[NodeRecord]:
+        """The nodes admission may plan the gang on: all, less those ``_judge_offers`` set it to avoid."""
+        if not state.avoid or self.clock() >= state.avoid_until:
+            return self.mirror.nodes.values()
+        return [node for node in self.mirror.nodes.values() if node.name not in state.avoid]
 
     def answer_all_held(self, message: str) -> int:
         """Answer every bind held at any barrier with ``message`` (a retry that keeps its place): the

@@ -115,7 +115,7 @@ class GangLedger(GangExpiry):
                 return state.failed_plan  # no capacity, member, count or constraint changed since it did not fit
             pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
             chosen = planner.pick_for_reservation(pending, needed)
-            placement = topology.place_gang(chosen, pending, self.mirror.nodes.values(), self._free_for(gang),
+            placement = topology.place_gang(chosen, pending, self.plannable_nodes(state), self._free_for(gang),
                                             self._free_cpu_for(gang), constraint, levels,
                                             bound_nodes=self.placed_nodes(placed))
             state.other_domains = placement.others
@@ -134,7 +134,7 @@ class GangLedger(GangExpiry):
         state.failed_plan, state.failed_plan_inputs = None, ()
         state.admitted_at = now
         state.deadline = now + self.timeout_for(policy)
-        state.domain = placement.domain
+        state.domain, state.offered, state.filters_seen = placement.domain, set(), 0
         self.mirror.reserve(gang, result.slots)
         where = topology.where(state.constraint, placement)
         state.last_message = f"admitted: {len(chosen)} member(s) reserved on {len(result.per_node())} node(s){where}"

@@ -140,6 +140,27 @@ def test_members_beyond_min_count_join_their_gang_domain(cluster: dict[str, Any]
     assert values(nodes, placed, RACK) == values(nodes, first, RACK) and len(values(nodes, first, RACK)) == 1, placed
 
 
+def test_a_rack_kube_scheduler_never_offers_is_planned_away_after_a_timeout(cluster: dict[str, Any]) -> None:
+    """Rack a is the tightest fit, but kube-scheduler's own filters reject its nodes for these members
+    (required pod anti-affinity to the pods already there, which gang-extender's plan does not model):
+    the first attempt times out with the nodes never offered, and the next plan takes rack b."""
+    cp: ControlPlane = cluster["cp"]
+    ns = "topo-shunned"
+    cp.create_namespace(ns)
+    nodes = racks(cp, ns, {"z1-b1-a": 2, "z1-b1-b": 2})
+    for node in (n for n, labels in nodes.items() if labels[RACK] == "z1-b1-a"):
+        spec = pod_spec(cpu="1", selector={"e2e-scenario": ns})
+        spec["nodeName"] = node
+        create(cp, pod(ns, f"blocker-{node}", spec, labels={"anti": "shunned"}))
+    spec = pod_spec(cpu="2", selector={"e2e-scenario": ns}, anti_affinity_label="shunned")
+    marks = {"gang-extender.io/group": "shy", "gang-extender.io/min-count": "2", REQUIRED: RACK}
+    create(cp, *[pod(ns, f"shy-{i}", spec, annotations=marks) for i in range(2)])
+    wait_for(lambda: any("never offered" in e["message"] for e in events(cp, ns, "GangTimeout")),
+             timeout=WAIT, what="a GangTimeout naming the nodes kube-scheduler never offered")
+    placed = all_bound(cp, ns, "shy-", 2, set(nodes))
+    assert values(nodes, placed, RACK) == {"z1-b1-b"}, placed
+
+
 # ------------------------------------------------------------------------ 1.36 and 1.37 PodGroups
 def _control_plane(version: str, gates: dict[str, bool], runtime_config: tuple[str, ...]) -> Iterator[ControlPlane]:
     try:

@@ -201,3 +201,41 @@ def test_a_held_member_whose_node_left_the_domain_aborts_the_release(h: Harness)
     assert results["one"] == results["zero"]
     assert h.binder.bound_names == []
     assert "GangReleaseAborted" in h.events.reasons()
+
+
+def test_a_domain_kube_scheduler_never_offers_is_planned_away_after_a_timeout(h: Harness) -> None:
+    """kube-scheduler sends only nodes its own filters passed. A required-rack gang reserved where it
+    is never offered (its filters reject what the plan does not model) would wait there forever; after
+    the attempt times out, the next plan avoids those nodes and finds another rack."""
+    members = gang(h, "shunned", 2, 2, cpu="3", **{ANNOTATION_REQUIRED: RACK})
+    offered = [n for n in NAMES if rack_of(n) != "z0b0r0"]  # kube-scheduler's own filters reject rack z0b0r0
+    h.engine.filter(filter_args(members[0], offered))
+    key = h.mirror.pod("default", "shunned-0").gang
+    assert key is not None
+    first = set(h.mirror.reservation(key))
+    assert {rack_of(n) for n in first} == {"z0b0r0"}  # the tightest rack (all are empty: by name)
+    for member in members:  # kube-scheduler keeps offering every node but the reserved ones
+        result = h.engine.filter(filter_args(member, offered))
+        assert not result.feasible  # outside the reserved rack: not allowed
+    h.clock.advance(31)
+    h.engine.sweep()
+    [timeout] = [e[3] for e in h.events.of("GangTimeout")]
+    assert "kube-scheduler never offered its reserved node(s)" in timeout and sorted(first)[0] in timeout
+    h.clock.advance(11)  # the back-off
+    h.engine.filter(filter_args(members[0], offered))
+    again = set(h.mirror.reservation(key))
+    assert again and not again & first and len({rack_of(n) for n in again}) == 1
+
+
+def test_one_request_is_not_evidence_enough_to_avoid_a_node(h: Harness) -> None:
+    members = gang(h, "once", 2, 2, cpu="3", **{ANNOTATION_REQUIRED: RACK})
+    h.engine.filter(filter_args(members[0], [n for n in NAMES if rack_of(n) != "z0b0r0"]))  # one request only
+    key = h.mirror.pod("default", "once-0").gang
+    assert key is not None
+    first = set(h.mirror.reservation(key))
+    h.clock.advance(31)
+    h.engine.sweep()
+    assert "never offered" not in h.events.of("GangTimeout")[0][3]
+    h.clock.advance(11)
+    h.engine.filter(filter_args(members[0], NAMES))
+    assert set(h.mirror.reservation(key)) == first  # the same (tightest) rack again
