@@ -79,8 +79,7 @@ class GangState:
     other_domains: tuple[DomainReport, ...] = ()  # the last plan's best other domains and what they lack
     offered: set[str] = field(default_factory=set)  # reserved nodes kube-scheduler offered in this attempt
     filters_seen: int = 0  # member filter requests in this attempt
-    avoid: frozenset[str] = frozenset()  # reserved nodes never offered in the last timed-out attempt
-    avoid_until: float = 0.0  # planning avoids them until then
+    avoid: frozenset[str] = frozenset()  # reserved nodes never offered in timed-out attempts, until one succeeds
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,6 @@ from extender.cluster.model import (
     GangKey,
     GangPhase,
     GangStatus,
-    NodeRecord,
 )
 from extender.gangs.book import GangBook, GangState, Hold, Release
 
@@ -24,6 +23,9 @@ log = logging.getLogger(__name__)
 
 MIN_OFFERS = 2
 """Member filter requests an attempt must have seen before a reserved node it never offered is avoided."""
+
+MAX_AVOIDED = 10_000
+"""Nodes one gang avoids at most (more starts the set afresh): bounded by the cluster anyway."""
 
 
 class GangExpiry(GangBook):
@@ -98,22 +100,18 @@ class GangExpiry(GangBook):
 
     def _judge_offers(self, state: GangState, now: float) -> str:
         """At a timeout: the reserved nodes kube-scheduler never offered in ``MIN_OFFERS`` or more member
-        filter requests are avoided by the next plans (for two timeouts' time), so a reservation its own
-        filters reject (inter-pod affinity, ports, volumes: what the plan does not model) is planned
-        away instead of waited on forever. Returns what to add to the timeout message."""
+        filter requests join the nodes the gang's plans avoid until an attempt succeeds, so a
+        reservation its own filters reject (inter-pod affinity, ports, volumes: what the plan does not
+        model) is planned away instead of waited on forever. Avoiding is a preference: a plan that
+        does not fit without them is made with them (``topology.place_gang``). Returns what to add to
+        the timeout message."""
         never = self.mirror.reserved_nodes(state.gang) - state.offered if state.filters_seen >= MIN_OFFERS else set()
         state.offered, state.filters_seen = set(), 0
-        state.avoid, state.avoid_until = frozenset(never), now + 2 * self.timeout_for(state.policy)
         if not never:
             return ""
+        state.avoid = (state.avoid | never) if len(state.avoid) < MAX_AVOIDED else frozenset(never)
         shown = ", ".join(sorted(never)[:5]) + (", ..." if len(never) > 5 else "")
-        return f"; kube-scheduler never offered its reserved node(s) {shown}: the next plan avoids them"
-
-    def plannable_nodes(self, state: GangState) -> Iterable[NodeRecord]:
-        """The nodes admission may plan the gang on: all, less those ``_judge_offers`` set it to avoid."""
-        if not state.avoid or self.clock() >= state.avoid_until:
-            return self.mirror.nodes.values()
-        return [node for node in self.mirror.nodes.values() if node.name not in state.avoid]
+        return f"; kube-scheduler never offered its reserved node(s) {shown}: the next plans avoid them"
 
     def answer_all_held(self, message: str) -> int:
         """Answer every bind held at any barrier with ``message`` (a retry that keeps its place): the

@@ -109,15 +109,15 @@ class GangLedger(GangExpiry):
                 state.last_message = verdict.message
                 return verdict
             levels = self.levels_for(constraint)
-            inputs = (self.mirror.generation, needed, tuple(members), constraint, levels)
+            inputs = (self.mirror.generation, needed, tuple(members), constraint, levels, state.avoid)
             if state.failed_plan is not None and state.failed_plan_inputs == inputs:
                 state.last_message = state.failed_plan.message
                 return state.failed_plan  # no capacity, member, count or constraint changed since it did not fit
             pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
             chosen = planner.pick_for_reservation(pending, needed)
-            placement = topology.place_gang(chosen, pending, self.plannable_nodes(state), self._free_for(gang),
+            placement = topology.place_gang(chosen, pending, self.mirror.nodes.values(), self._free_for(gang),
                                             self._free_cpu_for(gang), constraint, levels,
-                                            bound_nodes=self.placed_nodes(placed))
+                                            bound_nodes=self.placed_nodes(placed), avoid=state.avoid)
             state.other_domains = placement.others
             if not placement.plan.complete:
                 verdict = rules.admission_wait(gang, placement.plan, needed)
@@ -290,7 +290,7 @@ class GangLedger(GangExpiry):
                                       "reserved until kube-scheduler retries them")
             elif state is not None and not state.holds:
                 self._reset(state)
-                state.timeouts = 0
+                state.timeouts, state.avoid = 0, frozenset()
                 state.completed += 1
                 state.last_message = "quorum reached: members bound"
                 self.counters["completed"] += 1

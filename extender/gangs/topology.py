@@ -267,11 +267,17 @@ def place(members: Sequence[PodRecord], nodes: Iterable[NodeRecord], free_of: Ca
 def place_gang(chosen: Sequence[PodRecord], pending: Sequence[PodRecord], nodes: Iterable[NodeRecord],
                free_of: Callable[[NodeRecord], Resources], free_cpu: Callable[[NodeRecord], int],
                constraint: TopologyConstraint, levels: Sequence[str] = (),
-               bound_nodes: Sequence[NodeRecord] = ()) -> TopologyPlan:
+               bound_nodes: Sequence[NodeRecord] = (), avoid: frozenset[str] = frozenset()) -> TopologyPlan:
     """``place`` for admission: where ``chosen`` (the members reserved for, a subset of ``pending``)
     go. A preferred level is chosen for the whole gang, every pending member (the narrowest level
-    with one domain that holds them all), and ``chosen`` are placed inside that domain."""
+    with one domain that holds them all), and ``chosen`` are placed inside that domain. Nodes in
+    ``avoid`` are left out unless the gang fits nowhere without them."""
     node_list = list(nodes)
+    if avoid:
+        preferred = place_gang(chosen, pending, [n for n in node_list if n.name not in avoid], free_of, free_cpu,
+                               constraint, levels, bound_nodes)
+        if preferred.plan.complete:
+            return preferred
     if constraint.preferred and len(pending) > len(chosen):
         whole = place(pending, node_list, free_of, free_cpu, constraint, levels, bound_nodes)
         if whole.domain is not None and whole.domain.keys:

@@ -160,8 +160,8 @@ class ApiStart:
             return
         try:
             changes = self.topology.discover()
-        except KubeError as exc:
-            log.warning("Kueue Topology discovery failed (%s); keeping the current watch", exc)
+        except Exception as exc:  # an optional API: even an odd discovery reply must not stop the round
+            log.warning("Kueue Topology discovery failed (%s: %s); keeping the current watch", type(exc).__name__, exc)
             return
         if changes:
             log.info("Kueue Topology API: %s", ", ".join(changes))

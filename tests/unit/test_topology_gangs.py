@@ -239,3 +239,39 @@ def test_one_request_is_not_evidence_enough_to_avoid_a_node(h: Harness) -> None:
     h.clock.advance(11)
     h.engine.filter(filter_args(members[0], NAMES))
     assert set(h.mirror.reservation(key)) == first  # the same (tightest) rack again
+
+
+def test_nodes_never_offered_accumulate_over_timeouts_until_a_good_domain_is_found(h: Harness) -> None:
+    """Two racks kube-scheduler rejects: the second plan avoids the first, the third avoids both (the
+    avoided nodes add up until an attempt succeeds) rather than going back and forth between them."""
+    members = gang(h, "picky", 2, 2, cpu="3", **{ANNOTATION_REQUIRED: RACK})
+    offered = [n for n in NAMES if rack_of(n) not in ("z0b0r0", "z0b0r1")]
+    key = None
+    racks_planned = []
+    for _ in range(3):
+        for member in members:
+            h.engine.filter(filter_args(member, offered))
+        key = key or h.mirror.pod("default", "picky-0").gang
+        assert key is not None
+        racks_planned.append({rack_of(n) for n in h.mirror.reservation(key)})
+        h.clock.advance(31)
+        h.engine.sweep()
+        h.clock.advance(300)  # past any back-off
+    assert racks_planned[:2] == [{"z0b0r0"}, {"z0b0r1"}]
+    assert racks_planned[2] and racks_planned[2].isdisjoint({"z0b0r0", "z0b0r1"})
+
+
+def test_avoiding_is_a_preference_a_gang_that_fits_only_there_is_still_planned_there(h: Harness) -> None:
+    """When every rack but the avoided one is full, the plan takes the avoided one rather than wait."""
+    members = gang(h, "only", 2, 2, cpu="3", **{ANNOTATION_REQUIRED: RACK})
+    others = [n for n in NAMES if rack_of(n) != "z0b0r0"]
+    for member in members:
+        h.engine.filter(filter_args(member, others))
+    key = h.mirror.pod("default", "only-0").gang
+    assert key is not None and {rack_of(n) for n in h.mirror.reservation(key)} == {"z0b0r0"}
+    h.clock.advance(31)
+    h.engine.sweep()
+    h.add(*(pod(f"full-{n}", cpu="4", node=n) for n in others))  # every other rack fills up
+    h.clock.advance(300)
+    h.engine.filter(filter_args(members[0], NAMES))
+    assert {rack_of(n) for n in h.mirror.reservation(key)} == {"z0b0r0"}
