@@ -275,3 +275,16 @@ def test_avoiding_is_a_preference_a_gang_that_fits_only_there_is_still_planned_t
     h.clock.advance(300)
     h.engine.filter(filter_args(members[0], NAMES))
     assert {rack_of(n) for n in h.mirror.reservation(key)} == {"z0b0r0"}
+
+
+def test_pods_kueue_placed_keep_the_rack_its_node_selector_names(h: Harness) -> None:
+    """Kueue's own topology scheduling injects a nodeSelector for the domain it chose: gang-extender
+    honours it like any selector and plans inside that rack, not the tightest one it would pick."""
+    chosen = "z1b1r1"
+    members = [pod(f"kq-{i}", cpu="3", pod_group="kq", node_selector={RACK: chosen},
+                   annotations={"kueue.x-k8s.io/podset-required-topology": RACK}) for i in range(2)]
+    h.add(coscheduling_podgroup("kq", 2), *members)
+    result = h.engine.filter(filter_args(members[0], NAMES))
+    key = h.mirror.pod("default", "kq-0").gang
+    assert key is not None and {rack_of(n) for n in h.mirror.reservation(key)} == {chosen}
+    assert result.feasible and all(rack_of(n) == chosen for n in result.feasible)
