@@ -67,3 +67,30 @@ def check_node_names(names: list[Any]) -> list[str]:
                 raise ProtocolError(f"NodeNames[{index}] is {len(name)} characters long; a node name has at most "
                                     f"{MAX_NODE_NAME}")
     return names
+
+
+@dataclass(frozen=True, slots=True)
+class Victims:
+    """MetaVictims: the UIDs of the pods kube-scheduler would evict on one node, and how many of those
+    evictions violate a PodDisruptionBudget (passed back unchanged)."""
+
+    uids: tuple[str, ...]
+    pdb_violations: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptArgs:
+    """ExtenderPreemptionArgs: the preemptor and kube-scheduler's candidate nodes with their victims
+    (the full-Pod ``NodeNameToVictims`` form is reduced to the same UIDs)."""
+
+    pod: dict[str, Any]
+    victims: dict[str, Victims]
+
+
+@dataclass(slots=True)
+class PreemptResult:
+    """The candidates kept (a subset of the request's, victims unchanged) and why each other one was
+    dropped (node name -> reason; for logs and tests, not on the wire)."""
+
+    kept: dict[str, Victims]
+    dropped: dict[str, str]

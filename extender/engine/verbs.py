@@ -24,9 +24,10 @@ from extender.cluster.facts import PodFacts
 from extender.cluster.fit import placement_failure, shortfall
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import Code, GangKey, PodRecord, Verdict
+from extender.engine import preemption
 from extender.engine.binding import BindingVerbs
 from extender.engine.ports import Binder
-from extender.engine.requests import FilterArgs, FilterResult, check_node_names
+from extender.engine.requests import FilterArgs, FilterResult, PreemptArgs, PreemptResult, check_node_names
 from extender.errors import GroupError, ObjectError, ProtocolError
 from extender.gangs.ledger import GangLedger
 from extender.gangs.topology import Domain
@@ -258,6 +259,10 @@ class Engine(BindingVerbs):
             reserved = self.mirror.reserved_nodes(gang)
             siblings = {self.mirror.placement(m.uid) for m in self.mirror.members(gang)}
         return [(n, 10 if n in reserved else 5 if n in siblings else 0) for n in names]
+
+    def preempt(self, args: PreemptArgs) -> PreemptResult:
+        """kube-scheduler's preemption candidates this extender allows (``preemption.preempt``)."""
+        return preemption.preempt(self.mirror, self.ledger, args)
 
     def explain(self, namespace: str, name: str, pod_group: str | None = None,
                 replica: str | None = None) -> list[dict[str, Any]]:
