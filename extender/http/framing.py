@@ -17,14 +17,15 @@ from extender.errors import RefusedError
 HEAD_MAX_BYTES = 16 * 1024       # request line + headers; kube-scheduler sends ~200 bytes
 BIND_BODY_MAX_BYTES = 16 * 1024  # an ExtenderBindingArgs is < 1 KiB (four names of <= 253 characters)
 OTHER_BODY_MAX_BYTES = 16 * 1024  # /healthz, /readyz, /metrics, /explain take no body
-NAME_LIST_PATHS = ("/filter", "/prioritize")
+NAME_LIST_PATHS = ("/filter", "/prioritize", "/preempt")
 _DIGITS_MAX = 15                 # a Content-Length longer than this is over every cap
 
 
 @dataclass(frozen=True, slots=True)
 class BodyCaps:
-    """Body caps by path: ``names`` for filter/prioritize in the NodeNames form, ``full_nodes`` for the
-    full Nodes form (0: that form is refused), fixed ones for bind and everything else."""
+    """Body caps by path: ``names`` for filter/prioritize in the NodeNames form (and preempt's victims
+    by UID), ``full_nodes`` for the full Nodes form (and preempt's victims as full Pods; 0: that form is
+    refused), fixed ones for bind and everything else."""
 
     names: int
     full_nodes: int = 0

@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from extender.engine.requests import MAX_NODE_NAME, BindArgs, FilterArgs, FilterResult
+from extender.engine.requests import (
+    MAX_NODE_NAME,
+    BindArgs,
+    FilterArgs,
+    FilterResult,
+    PreemptArgs,
+    PreemptResult,
+    Victims,
+)
 from extender.errors import ProtocolError
 
 MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
@@ -148,6 +156,70 @@ def parse_bind_args(body: object) -> BindArgs:
             raise ProtocolError(f"{key} must be a non-empty string")
         values[key] = value
     return BindArgs(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])
+
+
+FULL_PODS_REFUSED = ("the NodeNameToVictims form (full Pod objects, nodeCacheCapable: false) is not accepted by "
+                     "this extender: set nodeCacheCapable: true in the scheduler's extender entry, or start the "
+                     "extender with --max-full-nodes-body-bytes")
+MAX_INT64 = 2**63 - 1
+
+
+def parse_preempt_args(body: object, full_pods: bool = True) -> PreemptArgs:
+    """Validate an ExtenderPreemptionArgs body: ``NodeNameToMetaVictims`` (victims by UID; what
+    kube-scheduler sends with nodeCacheCapable: true) or ``NodeNameToVictims`` (full Pods; refused
+    unless ``full_pods``)."""
+    body = _require_object(body, "request body")
+    pod = _pod(body)
+    meta, full = body.get("NodeNameToMetaVictims"), body.get("NodeNameToVictims")
+    if meta is not None:
+        field, raw, uid_of = "NodeNameToMetaVictims", meta, _meta_uid
+    elif full is None:
+        raise ProtocolError("one of NodeNameToMetaVictims or NodeNameToVictims is required (both are null or "
+                            "missing)")
+    elif not full_pods:
+        raise ProtocolError(FULL_PODS_REFUSED)
+    else:
+        field, raw, uid_of = "NodeNameToVictims", full, _pod_uid
+    by_node = _require_object(raw, field)
+    if len(by_node) > MAX_NODES_PER_REQUEST:
+        raise ProtocolError(f"{len(by_node)} nodes in one request; at most {MAX_NODES_PER_REQUEST} are accepted")
+    victims: dict[str, Victims] = {}
+    for node, value in by_node.items():
+        where = f"{field}[{node[:MAX_NODE_NAME]!r}]"
+        if not node or len(node) > MAX_NODE_NAME:
+            raise ProtocolError(f"{field} keys must be node names of 1 to {MAX_NODE_NAME} characters")
+        entry = _require_object(value, where)
+        pods = _check_list_of_objects(entry.get("Pods"), f"{where}.Pods")
+        uids = tuple(uid_of(item, f"{where}.Pods[{index}]") for index, item in enumerate(pods))
+        count = entry.get("NumPDBViolations", 0)
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_INT64:
+            raise ProtocolError(f"{where}.NumPDBViolations must be a non-negative 64-bit integer, got "
+                                f"{count if type(count) is int else _type_name(count)}")
+        victims[node] = Victims(uids, count)
+    return PreemptArgs(pod=pod, victims=victims)
+
+
+def _meta_uid(item: dict[str, Any], where: str) -> str:
+    uid = item.get("UID")
+    if not isinstance(uid, str) or not uid:
+        raise ProtocolError(f"{where}.UID must be a non-empty string")
+    return uid
+
+
+def _pod_uid(item: dict[str, Any], where: str) -> str:
+    metadata = _require_object(item.get("metadata"), f"{where}.metadata")
+    uid = metadata.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ProtocolError(f"{where}.metadata.uid must be a non-empty string")
+    return uid
+
+
+def render_preempt(result: PreemptResult) -> dict[str, Any]:
+    """ExtenderPreemptionResult: only kept candidates (kube-scheduler rejects a node without victims;
+    an empty map means no preemption)."""
+    return {"NodeNameToMetaVictims": {
+        node: {"Pods": [{"UID": uid} for uid in victims.uids], "NumPDBViolations": victims.pdb_violations}
+        for node, victims in result.kept.items()}}
 
 
 def render_filter(args: FilterArgs, result: FilterResult) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from extender.engine.requests import FilterArgs
+from extender.engine.requests import FilterArgs, PreemptResult
 from extender.errors import ProtocolError
 from extender.http import framing, protocol, serving
 
@@ -130,6 +130,24 @@ def bind() -> Response:
     def handle(body: Any) -> Any:
         return protocol.render_bind(_ext().runtime.engine.bind(protocol.parse_bind_args(body), arrival))
     return _serve("bind", handle, protocol.render_bind)
+
+
+@bp.post("/preempt")
+def preempt() -> Response:
+    # not ready or an internal error: no candidates (a veto), never kube-scheduler's unchecked victims
+    def handle(body: Any) -> Any:
+        caps = _caps()
+        args = protocol.parse_preempt_args(body, full_pods=caps.full_nodes > 0)
+        if "NodeNameToMetaVictims" in body and body["NodeNameToMetaVictims"] is not None \
+                and (request.content_length or 0) > caps.names:
+            raise BodyTooLarge(f"request body larger than {caps.names} bytes (the NodeNameToMetaVictims form)")
+        result = _ext().runtime.engine.preempt(args)
+        if result.dropped:
+            log.info("preempt %s/%s: kept %d candidate node(s), dropped %d (e.g. %s)",
+                     args.pod["metadata"]["namespace"], args.pod["metadata"]["name"], len(result.kept),
+                     len(result.dropped), next(iter(result.dropped.values()))[:300])
+        return protocol.render_preempt(result)
+    return _serve("preempt", handle, lambda message: protocol.render_preempt(PreemptResult({}, {})))
 
 
 @bp.get("/healthz")
