@@ -29,9 +29,11 @@ GANG_EXTENDER = str(Path(sys.executable).with_name("gang-extender"))
 E2E_GANG_TIMEOUT = 12  # above kube-scheduler's 10 s maximum pod back-off, as docs/deploy.md advises
 
 
-def scheduler_config(url: str, *, http_timeout: str = "30s", prioritize: bool = False) -> dict[str, Any]:
+def scheduler_config(url: str, *, http_timeout: str = "30s", prioritize: bool = False,
+                     preempt: bool = False) -> dict[str, Any]:
     """The shipped KubeSchedulerConfiguration (manifests/) with its extender URL pointed at ``url``;
-    ``prioritize`` makes sure the extender's prioritize verb is configured (weight 1)."""
+    ``prioritize`` makes sure the extender's prioritize verb is configured (weight 1), ``preempt`` its
+    preempt verb."""
     import yaml
 
     config: dict[str, Any] = yaml.safe_load((ROOT / "manifests" / "scheduler-config.yaml").read_text())
@@ -41,6 +43,8 @@ def scheduler_config(url: str, *, http_timeout: str = "30s", prioritize: bool = 
         if prioritize:
             extender["prioritizeVerb"] = "prioritize"
             extender["weight"] = 1
+        if preempt:
+            extender["preemptVerb"] = "preempt"
     config.pop("clientConnection", None)
     config.pop("leaderElection", None)
     return config
@@ -224,14 +228,15 @@ class Sampler:
 
 
 @contextlib.contextmanager
-def scheduling_with_extender(cp: ControlPlane, workdir: Path, *extra_args: str) -> Iterator[Extender]:
+def scheduling_with_extender(cp: ControlPlane, workdir: Path, *extra_args: str,
+                             preempt: bool = False) -> Iterator[Extender]:
     """gang-extender (short gang timeout and back-off, recording on) and a kube-scheduler that calls it
-    with the shipped configuration; both stopped afterwards."""
+    with the shipped configuration (plus ``preemptVerb`` with ``preempt``); both stopped afterwards."""
     ext = Extender(cp.kubeconfig, workdir, log=print,
                    args=["--gang-timeout-seconds", str(E2E_GANG_TIMEOUT), "--gang-backoff-seconds", "2",
                          "--log-level", "INFO", *extra_args])
     ext.start()
-    cp.start_scheduler(scheduler_config(ext.url))
+    cp.start_scheduler(scheduler_config(ext.url, preempt=preempt))
     try:
         yield ext
     finally:
