@@ -9,6 +9,7 @@ has the lowest priority (a gang member); with it those nodes are dropped and the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,3 +66,24 @@ def test_plain_pod_never_evicts_a_member_of_a_running_gang(cp: ControlPlane) -> 
     still = live(cp, ns)
     assert {name: still[name]["metadata"]["uid"] for name in gang if name in still} == uids  # the gang is whole
     assert {name: still[name]["spec"].get("nodeName") for name in gang} == gang
+
+
+def test_members_of_a_gang_that_cannot_run_evict_nothing(cp: ControlPlane) -> None:
+    # two 4-cpu nodes, each with a low-priority 3-cpu plain pod; a high-priority gang of three 3-cpu
+    # members: evicting both plain pods would still leave the third member without a node
+    ns, labels, nodes = scenario(cp, "veto", nodes=2, cpu="4")
+    create(cp, *(priority_class(f"{ns}-{name}", value) for name, value in (("low", 100), ("high", 1000))))
+    create(cp, *(with_priority(pod(ns, f"plain-{i}", pod_spec(cpu="3", selector={"kubernetes.io/hostname": node})),
+                               f"{ns}-low") for i, node in enumerate(sorted(nodes))))
+    plain = all_bound(cp, ns, "plain-", 2, nodes)
+    ref = {"name": "w", "podGroup": "workers"}
+    create(cp, workload(ns, "w", {"workers": 3}),
+           *(with_priority(pod(ns, f"gang-{i}", pod_spec(cpu="3", selector=labels, workload_ref=ref)), f"{ns}-high")
+             for i in range(3)))
+    deadline = time.monotonic() + 20  # kube-scheduler retries each member (and tries to preempt) every 1-10 s
+    while time.monotonic() < deadline:
+        now = live(cp, ns)
+        assert {name: now[name]["spec"].get("nodeName") for name in plain if name in now} == plain, \
+            "a plain pod was preempted for a member of a gang that cannot run"
+        assert not any(now[name].get("status", {}).get("nominatedNodeName") for name in now if name.startswith("gang-"))
+        time.sleep(0.5)
