@@ -48,14 +48,16 @@ def preempt(mirror: ClusterMirror, ledger: GangLedger, args: PreemptArgs) -> Pre
 def _preemptor_veto(mirror: ClusterMirror, ledger: GangLedger, facts: PodFacts) -> str:
     """Why the preemptor may not preempt at all ("" : it may)."""
     try:
-        if facts.link is None:
-            return ""
+        linked = facts.link is not None
     except GroupError as exc:
         return f"invalid gang: {exc}"
-    try:
+    try:  # read as filter reads it: a pod filter would refuse is a bad request here too
         record = facts.record
+        _ = facts.placement
     except ObjectError as exc:
         raise ProtocolError(f"Pod: {exc}") from None
+    if not linked:
+        return ""
     gang, policy = ledger.gang_of(record)
     if gang is None:
         return ""  # a member of a non-gang group: an ordinary pod

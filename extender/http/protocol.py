@@ -192,6 +192,8 @@ def parse_preempt_args(body: object, full_pods: bool = True) -> PreemptArgs:
         pods = _check_list_of_objects(entry.get("Pods"), f"{where}.Pods")
         uids = tuple(uid_of(item, f"{where}.Pods[{index}]") for index, item in enumerate(pods))
         count = entry.get("NumPDBViolations", 0)
+        if type(count) is float and count.is_integer():  # 3.0: a JSON number without a fraction
+            count = int(count)
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_INT64:
             raise ProtocolError(f"{where}.NumPDBViolations must be a non-negative 64-bit integer, got "
                                 f"{count if type(count) is int else _type_name(count)}")

@@ -105,6 +105,24 @@ def test_malformed_bodies_are_400_with_a_clear_message(client: FlaskClient, body
     assert message in payload["error"]
 
 
+def test_a_preemptor_filter_would_refuse_is_a_bad_request(client: FlaskClient) -> None:
+    bad = urgent()
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    response = post(client, meta_body(bad, {"node-1": ["uid-web-1"]}))
+    assert response.status_code == 400
+    assert response.get_json()["error"].startswith("Pod: ")
+
+
+def test_pdb_violations_written_as_a_whole_float_are_read_as_an_integer(app: Flask, client: FlaskClient) -> None:
+    bound_pod(app, "web-a", "node-1")
+    body = meta_body(urgent(), {"node-1": ["uid-web-a"]})
+    body["NodeNameToMetaVictims"]["node-1"]["NumPDBViolations"] = 3.0
+    assert post(client, body).get_json() == {"NodeNameToMetaVictims": {
+        "node-1": {"Pods": [{"UID": "uid-web-a"}], "NumPDBViolations": 3}}}
+    body["NodeNameToMetaVictims"]["node-1"]["NumPDBViolations"] = 3.5
+    assert post(client, body).status_code == 400
+
+
 def test_meta_form_is_capped_by_the_names_cap(make_app: Callable[..., Flask]) -> None:
     # the full-Pods cap is larger here: the NodeNameToMetaVictims form still gets only the names cap
     client = make_app(max_body_bytes=1024, max_full_nodes_body_bytes=16384, request_buffer_bytes=16384).test_client()
