@@ -139,3 +139,23 @@ def test_a_preempt_body_may_be_as_large_as_a_filter_body(client: FlaskClient) ->
     response = post(client, body)
     assert response.status_code == 200
     assert response.get_json() == {"NodeNameToMetaVictims": {}}
+
+
+def test_internal_error_and_not_ready_answer_no_candidates(app: Flask, client: FlaskClient,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    bound_pod(app, "web-a", "node-1")
+    body = meta_body(urgent(), {"node-1": ["uid-web-a"]})
+    runtime = app.extensions["gang_extender"].runtime
+
+    def boom(*_args: Any) -> Any:
+        raise RuntimeError("kaput")
+
+    monkeypatch.setattr(runtime.engine, "preempt", boom)
+    response = post(client, body)
+    assert (response.status_code, response.get_json()) == (200, {"NodeNameToMetaVictims": {}})
+    monkeypatch.undo()
+    monkeypatch.setattr(runtime, "serving_problem", lambda: "not the leader")
+    response = post(client, body)
+    assert (response.status_code, response.get_json()) == (200, {"NodeNameToMetaVictims": {}})
+    monkeypatch.undo()
+    assert post(client, body).get_json()["NodeNameToMetaVictims"] != {}  # the same body, served normally
