@@ -19,8 +19,8 @@ from __future__ import annotations
 from extender.cluster.facts import PodFacts
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GangKey, GangPolicy
-from extender.engine.requests import PreemptArgs, PreemptResult, Victims
-from extender.errors import GroupError, ObjectError, ProtocolError
+from extender.engine.requests import PreemptArgs, PreemptResult, Victims, request_record
+from extender.errors import GroupError
 from extender.gangs.ledger import GangLedger
 
 UNKNOWN_NODE = "node is not known to gang-extender"
@@ -51,11 +51,7 @@ def _preemptor_veto(mirror: ClusterMirror, ledger: GangLedger, facts: PodFacts) 
         linked = facts.link is not None
     except GroupError as exc:
         return f"invalid gang: {exc}"
-    try:  # read as filter reads it: a pod filter would refuse is a bad request here too
-        record = facts.record
-        _ = facts.placement
-    except ObjectError as exc:
-        raise ProtocolError(f"Pod: {exc}") from None
+    record = request_record(facts)  # read as filter reads it: a pod filter would refuse is a bad request here too
     if not linked:
         return ""
     gang, policy = ledger.gang_of(record)
@@ -63,18 +59,11 @@ def _preemptor_veto(mirror: ClusterMirror, ledger: GangLedger, facts: PodFacts) 
         return ""  # a member of a non-gang group: an ordinary pod
     if policy is None:
         return f"gang {gang} is not defined yet (its group object has not been seen)"
-    placed = _placed_count(mirror, ledger, gang)
+    placed = len(ledger.placed(mirror.members(gang), ledger.state(gang)))
     if placed < policy.min_count:
         return (f"gang {gang} is not complete ({placed}/{policy.min_count} members placed): preempting for "
                 "one member would evict pods for a gang that still cannot run")
     return ""
-
-
-def _placed_count(mirror: ClusterMirror, ledger: GangLedger, gang: GangKey) -> int:
-    """Members bound or being bound (a released quorum counts), not those held at the barrier."""
-    state = ledger.state(gang)
-    held = {uid for uid, hold in state.holds.items() if not hold.releasing} if state is not None else set()
-    return sum(1 for pod in mirror.members(gang) if pod.uid not in held and mirror.placement(pod.uid))
 
 
 def _node_problem(mirror: ClusterMirror, ledger: GangLedger, node: str, victims: Victims) -> str:

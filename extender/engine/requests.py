@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from extender.errors import ProtocolError
+from extender.cluster.facts import PodFacts
+from extender.cluster.model import PodRecord
+from extender.errors import ObjectError, ProtocolError
 
 MAX_NODE_NAME = 253  # a Node's name is a DNS subdomain (RFC 1123): at most 253 characters
 
@@ -94,3 +96,12 @@ class PreemptResult:
 
     kept: dict[str, Victims]
     dropped: dict[str, str]
+
+
+def request_record(facts: PodFacts) -> PodRecord:
+    """The record of a request's pod (its gang link already read); a pod too malformed to read is a bad
+    request (HTTP 400), not a cluster object to skip."""
+    try:
+        return facts.record
+    except ObjectError as exc:
+        raise ProtocolError(f"Pod: {exc}") from None

@@ -23,12 +23,19 @@ from extender.cluster.cache import FIT, FilterCache, NodeVerdicts
 from extender.cluster.facts import PodFacts
 from extender.cluster.fit import placement_failure, shortfall
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import Code, GangKey, PodRecord, Verdict
+from extender.cluster.model import Code, GangKey, Verdict
 from extender.engine import preemption
 from extender.engine.binding import BindingVerbs
 from extender.engine.ports import Binder
-from extender.engine.requests import FilterArgs, FilterResult, PreemptArgs, PreemptResult, check_node_names
-from extender.errors import GroupError, ObjectError, ProtocolError
+from extender.engine.requests import (
+    FilterArgs,
+    FilterResult,
+    PreemptArgs,
+    PreemptResult,
+    check_node_names,
+    request_record,
+)
+from extender.errors import GroupError
 from extender.gangs.ledger import GangLedger
 from extender.gangs.topology import Domain
 
@@ -86,7 +93,7 @@ class Engine(BindingVerbs):
             self.sweep(min_interval=FILTER_SWEEP_INTERVAL)
             gang: GangKey | None = None
             if linked:  # only gang members need the full record before the cache lookup
-                gang, verdict = self.ledger.gate(_record(facts))
+                gang, verdict = self.ledger.gate(request_record(facts))
                 if not verdict.passes:
                     if verdict.code is Code.WAIT_RESOLVABLE:
                         self.ledger.note_blocked(facts.record)
@@ -97,7 +104,7 @@ class Engine(BindingVerbs):
             if domain is not None:
                 result = self._within_domain(result, domain, gang)
             if not result.feasible:
-                self.ledger.note_blocked(_record(facts))
+                self.ledger.note_blocked(request_record(facts))
         if entry is not None and key is not None:
             self.cache.put(key, entry)
         return result
@@ -225,7 +232,7 @@ class Engine(BindingVerbs):
         node = self.mirror.nodes.get(name)
         if node is None:
             return UNKNOWN_NODE
-        requests = _record(facts).requests
+        requests = request_record(facts).requests
         reason = placement_failure(facts.placement, node)
         if reason is not None:
             return reason
@@ -249,7 +256,7 @@ class Engine(BindingVerbs):
         """Gang members prefer their reservation (10), then nodes with siblings (5); others 0."""
         names = check_node_names(args.node_names)
         try:
-            pod = _record(PodFacts(args.pod))  # validated as filter validates it
+            pod = request_record(PodFacts(args.pod))  # validated as filter validates it
         except GroupError:
             return [(name, 0) for name in names]
         with self.mirror.lock:
@@ -268,14 +275,6 @@ class Engine(BindingVerbs):
                 replica: str | None = None) -> list[dict[str, Any]]:
         """What the extender knows about every gang of group ``namespace/name`` (read-only)."""
         return [self.ledger.explain(gang) for gang in self.mirror.find_gangs(namespace, name, pod_group, replica)]
-
-
-def _record(facts: PodFacts) -> PodRecord:
-    """The request pod's record; a pod too malformed to read is a bad request."""
-    try:
-        return facts.record
-    except ObjectError as exc:  # its gang link was read (and its GroupError handled) before
-        raise ProtocolError(f"Pod: {exc}") from None
 
 
 def _within_budget(failed: dict[str, str]) -> dict[str, str]:

@@ -172,7 +172,7 @@ class GangBook:
     def timeout_for(self, policy: GangPolicy) -> float:
         return policy.timeout_seconds or self.timeout_seconds
 
-    def _placed(self, members: list[PodRecord], state: GangState | None) -> list[PodRecord]:
+    def placed(self, members: list[PodRecord], state: GangState | None) -> list[PodRecord]:
         """Members bound or being bound (a released quorum counts), not those waiting at the barrier."""
         waiting = {uid for uid, hold in state.holds.items() if not hold.releasing} if state else set()
         return [p for p in members if p.uid not in waiting and self.mirror.placement(p.uid)]
@@ -239,7 +239,7 @@ class GangBook:
     def _recycle(self, state: GangState, holds: list[Hold], now: float, message: str = "") -> None:
         """Answer ``holds`` with a retry; their slots go back to the gang's reservation."""
         if not message:
-            placed = len(self._placed(self.mirror.members(state.gang), state))
+            placed = len(self.placed(self.mirror.members(state.gang), state))
             held = len(self._waiting(state))
             last_new = (state.deadline or now) - self.timeout_for(state.policy)
             message = (f"gang {state.gang} is still gathering members ({placed + held}/{state.policy.min_count} "

@@ -75,7 +75,7 @@ class GangExpiry(GangBook):
                 return
             message = (f"gang {gang} timed out after {self.timeout_for(state.policy):g}s with "
                        f"{len(waiting)} member(s) held of {state.policy.min_count} needed; "
-                       "released its reservation and backing off") + self._judge_offers(state, now)
+                       "released its reservation and backing off") + self._judge_offers(state)
             for hold in waiting:
                 self._answer(state, hold, message)
             self._reset(state)
@@ -98,7 +98,7 @@ class GangExpiry(GangBook):
                 state.filters_seen += 1
                 state.offered.update(offered)
 
-    def _judge_offers(self, state: GangState, now: float) -> str:
+    def _judge_offers(self, state: GangState) -> str:
         """At a timeout: the reserved nodes kube-scheduler never offered in ``MIN_OFFERS`` or more member
         filter requests join the nodes the gang's plans avoid until an attempt succeeds, so a
         reservation its own filters reject (inter-pod affinity, ports, volumes: what the plan does not
@@ -181,7 +181,7 @@ class GangExpiry(GangBook):
                 continue
             _, policy = self.mirror.gang_policy(gang)
             waiting = self._waiting(state)
-            placed = self._placed(members, state)
+            placed = self.placed(members, state)
             log.info("gang %s: policy changed from minCount %d to %s", gang, state.policy.min_count,
                      policy.min_count if policy else "none (not a gang)")
             state.never_fits_checked = -1

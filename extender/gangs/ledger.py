@@ -87,7 +87,7 @@ class GangLedger(GangExpiry):
             members = self.mirror.members(gang)
             if pod is not None and pod.gang == gang and not self.mirror.is_member(gang, pod.uid):
                 members.append(pod)
-            placed = self._placed(members, state)
+            placed = self.placed(members, state)
             if len(placed) + len(self._waiting(state)) >= policy.min_count:
                 return PASS  # complete: later members and replacements need no reservation
             if now < state.backoff_until:
@@ -223,7 +223,7 @@ class GangLedger(GangExpiry):
                 return BindDecision(BindAction.NOW)
             state = existing or self._gangs.setdefault(pod.gang, GangState(pod.gang, policy))
             members = self.mirror.members(pod.gang)
-            placed = self._placed(members, state)
+            placed = self.placed(members, state)
             if len(placed) >= policy.min_count:
                 self.mirror.assume(pod.uid, node)
                 return BindDecision(BindAction.NOW)
@@ -305,7 +305,7 @@ class GangLedger(GangExpiry):
                 message = f"gang {gang}: {len(bound)} member(s) bound together at quorum"
                 self.on_event(bound, "Normal", "GangBound", message)
                 if state is not None and not state.holds:
-                    placed = len(self._placed(self.mirror.members(gang), state))
+                    placed = len(self.placed(self.mirror.members(gang), state))
                     self.on_status(gang, GangStatus(GangPhase.SCHEDULED, message, placed, state.policy.min_count))
 
     def resume(self, pod: PodRecord, node: str) -> str:
