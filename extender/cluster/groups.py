@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.cluster.model import GangKey, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef, Parsed
+from extender.cluster.model import GangKey, GangOrder, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef, Parsed
 from extender.cluster.topology import from_group_annotations, from_podgroup
 from extender.errors import GroupError
 
@@ -78,6 +78,11 @@ ANNOTATION_TIMEOUT = "gang-extender.io/timeout-seconds"
 """Per-gang barrier timeout; on a pod (annotation form), a Workload or a coscheduling PodGroup."""
 
 
+ANNOTATION_MAX_WAIT = "gang-extender.io/max-wait-seconds"
+"""Per-gang: how long a complete gang may wait before capacity drains for it (a draining reservation)."""
+
+MAX_WAIT_CAP_SECONDS = 7 * 24 * 3600.0
+
 MAX_TIMEOUT_SECONDS = 3600.0
 """Per-gang timeouts are capped: a held bind cannot outlive kube-scheduler's httpTimeout anyway."""
 
@@ -101,6 +106,42 @@ def _timeout(annotations: Mapping[str, Any], fallback: object = None) -> float |
     if not 0 < value < float("inf"):
         raise GroupError(f"{ANNOTATION_TIMEOUT} must be a positive number of seconds, got {raw!r}")
     return min(value, MAX_TIMEOUT_SECONDS)
+
+
+def gang_order(annotations: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -> GangOrder | None:
+    """The ordering and preemption settings of a group: its annotations, and for a 1.36+ PodGroup its
+    ``spec`` (priority, priorityClassName, disruptionMode, preemptionPolicy). Malformed values never
+    fail the gang: the defaults apply and ``problem`` says why. None when nothing is set."""
+    spec = spec or {}
+    problems: list[str] = []
+    max_wait = _max_wait(annotations.get(ANNOTATION_MAX_WAIT), problems)
+    raw_priority = spec.get("priority")
+    priority = raw_priority if isinstance(raw_priority, int) and not isinstance(raw_priority, bool) else None
+    if raw_priority is not None and priority is None:
+        problems.append(f"spec.priority must be an integer, got {str(raw_priority)[:64]!r}")
+    priority_class = str(spec.get("priorityClassName") or "")[:253]
+    if priority_class and priority is None:
+        problems.append(f"priorityClassName {priority_class!r} did not resolve to a priority (does the "
+                        "PriorityClass exist?): the members' pod priority applies")
+    mode = spec.get("disruptionMode")
+    single = mode in ("Pod", "Single") or (isinstance(mode, dict) and "single" in mode and "all" not in mode)
+    order = GangOrder(priority, priority_class, max_wait, not single, spec.get("preemptionPolicy") == "Never",
+                      "; ".join(problems))
+    return None if order == GangOrder() else order
+
+
+def _max_wait(raw: object, problems: list[str]) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = float(str(raw))
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        problems.append(f"{ANNOTATION_MAX_WAIT} must be a number of seconds >= 0, got {str(raw)[:64]!r}: "
+                        "the extender's --max-wait-seconds applies")
+        return None
+    return min(value, MAX_WAIT_CAP_SECONDS)
 
 
 def _positive_int(raw: object, field: str) -> int:
@@ -146,7 +187,8 @@ def pod_link(pod: Mapping[str, Any]) -> PodLink | None:
         raw_min = annotations.get(ANNOTATION_MIN_COUNT)
         if raw_min is None:
             raise GroupError(f"pod has {ANNOTATION_GROUP} but no {ANNOTATION_MIN_COUNT} annotation")
-        policy = GangPolicy(_positive_int(raw_min, ANNOTATION_MIN_COUNT), _timeout(annotations))
+        policy = GangPolicy(_positive_int(raw_min, ANNOTATION_MIN_COUNT), _timeout(annotations),
+                            order=gang_order(annotations))
         return PodLink(GangKey(group), policy)
     return None
 
@@ -165,6 +207,7 @@ def workload_groups(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]
     namespace, name, annotations = _identity(obj, "Workload")
     timeout = _timeout(annotations)
     topology = from_group_annotations(obj, "Workload")
+    order = gang_order(annotations)
     groups: dict[GroupRef, GangPolicy | None] = {}
     pod_groups = _dict(obj.get("spec")).get("podGroups") or []
     if not isinstance(pod_groups, list):
@@ -178,7 +221,7 @@ def workload_groups(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]
         ref = GroupRef(GroupKind.WORKLOAD, namespace, name, group_name)
         if "minCount" in gang:
             field = f"Workload {namespace}/{name}: spec.podGroups[{index}].policy.gang.minCount"
-            groups[ref] = GangPolicy(_positive_int(gang["minCount"], field), timeout, topology)
+            groups[ref] = GangPolicy(_positive_int(gang["minCount"], field), timeout, topology, order)
         else:
             groups[ref] = None
     return groups
@@ -194,16 +237,17 @@ def coscheduling_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | No
     if timeout is None and seconds:  # 0 or absent: the extender's default applies
         timeout = _timeout({ANNOTATION_TIMEOUT: seconds})
     topology = from_group_annotations(obj, "PodGroup")
-    return {GroupRef(GroupKind.COSCHEDULING, namespace, name): GangPolicy(min_member, timeout, topology)}
+    return {GroupRef(GroupKind.COSCHEDULING, namespace, name): GangPolicy(min_member, timeout, topology,
+                                                                           gang_order(annotations))}
 
 
 def _gang_policy(policy: Mapping[str, Any], field: str, timeout: float | None,
-                 topology: Parsed) -> GangPolicy | None:
+                 topology: Parsed, order: GangOrder | None) -> GangPolicy | None:
     """A ``schedulingPolicy``/``policy`` union: ``gang{minCount}`` is a gang, ``basic{}`` (or nothing) is not."""
     gang = policy.get("gang")
     if not isinstance(gang, dict):
         return None
-    return GangPolicy(_positive_int(gang.get("minCount"), f"{field}.gang.minCount"), timeout, topology)
+    return GangPolicy(_positive_int(gang.get("minCount"), f"{field}.gang.minCount"), timeout, topology, order)
 
 
 def podgroup_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]:
@@ -215,7 +259,9 @@ def podgroup_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]:
         raise GroupError(f"{field} must be an object")
     timeout = _timeout(annotations)
     topology = from_podgroup(obj)
-    return {GroupRef(GroupKind.PODGROUP, namespace, name): _gang_policy(_dict(policy), field, timeout, topology)}
+    order = gang_order(annotations, _dict(obj.get("spec")))
+    return {GroupRef(GroupKind.PODGROUP, namespace, name): _gang_policy(_dict(policy), field, timeout, topology,
+                                                                        order)}
 
 
 GROUP_PARSERS = {

@@ -17,6 +17,7 @@ returned by accessors are live and must be read under the lock.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
@@ -223,8 +224,7 @@ class ClusterMirror:
                 return
             self._account(pod, -1)
             self._assumed.pop(uid, None)
-            bound = PodRecord(pod.uid, pod.namespace, pod.name, node, pod.requests, pod.gang,
-                              pod.link_policy, pod.terminal, pod.scheduler_name, pod.spec)
+            bound = dataclasses.replace(pod, node_name=node)
             self._pods[uid] = bound
             self._account(bound, +1)
 

@@ -96,12 +96,25 @@ NONE = TopologyConstraint()
 
 
 @dataclass(frozen=True, slots=True)
+class GangOrder:
+    """What a group object says about its gang's place in the admission order and about preemption."""
+
+    priority: int | None = None  # the 1.37 PodGroup's spec.priority (None: the members' pod priority)
+    priority_class: str = ""  # its spec.priorityClassName (told when it did not resolve to a priority)
+    max_wait_seconds: float | None = None  # gang-extender.io/max-wait-seconds (None: --max-wait-seconds)
+    disruption_all: bool = True  # evicted whole (disruptionMode all, and every gang by default) or pod by pod
+    preempt_never: bool = False  # the group's preemptionPolicy: Never
+    problem: str = ""  # malformed settings, told in an Event and explain (the defaults apply instead)
+
+
+@dataclass(frozen=True, slots=True)
 class GangPolicy:
     """All-or-nothing policy of a group: ``min_count`` members bind together or none does."""
 
     min_count: int
     timeout_seconds: float | None = None  # per-gang override of the barrier timeout
     topology: Parsed = NONE  # the group object's topology constraint (its members may add theirs)
+    order: GangOrder | None = None  # priority, maximum wait, disruption and preemption settings (None: defaults)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +195,8 @@ class PodRecord:
     spec: dict[str, object] | None = None  # placement fields: kept for gang members and unbound pods
     needs_preparation: bool = False  # PVC or ephemeral volumes, or resource claims: kube-scheduler prepares them
     topology: Parsed = NONE  # a gang member's own topology constraint (annotations)
+    priority: int = 0  # spec.priority (the API server resolves priorityClassName into it)
+    preempt_never: bool = False  # spec.preemptionPolicy: Never
     # ``spec`` read once into the constraints the predicates evaluate (None: not read; see records.pod_placement)
     placement: Placement | None = dataclasses.field(default=None, compare=False, repr=False)
 

@@ -174,7 +174,14 @@ def linked_pod_record(obj: Mapping[str, Any], link: PodLink | None) -> PodRecord
         needs_preparation=_needs_preparation(spec),
         placement=None if placement is None else placement_from_spec(placement),
         topology=from_pod(obj) if link else NONE,
+        priority=_priority(spec.get("priority")),
+        preempt_never=spec.get("preemptionPolicy") == "Never",
     )
+
+
+def _priority(raw: object) -> int:
+    """spec.priority as an int (0 when absent; the API server validates it as an int32)."""
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and abs(raw) < 2**31 else 0
 
 
 def _needs_preparation(spec: Mapping[str, Any]) -> bool:

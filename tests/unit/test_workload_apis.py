@@ -30,6 +30,7 @@ from extender.cluster.groups import (
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import (
     GangKey,
+    GangOrder,
     GangPhase,
     GangPolicy,
     GangStatus,
@@ -96,9 +97,12 @@ def test_empty_or_odd_scheduling_group_is_no_gang(value: object) -> None:
     ("workload-v1alpha1.json", {GroupRef(GroupKind.WORKLOAD, "ml", "training-job-workload", "workers"): GangPolicy(4),
                                 GroupRef(GroupKind.WORKLOAD, "ml", "training-job-workload", "driver"): None}),
     ("podgroup-v1alpha2.json", {GroupRef(PG, "ml", "training-workers-0"): GangPolicy(4, topology=TopologyConstraint(
-        "topology.kubernetes.io/zone", required_source=Source.PODGROUP_FIELD))}),
-    ("podgroup-v1alpha3.json", {GroupRef(PG, "ml", "training-workers"): GangPolicy(3)}),
-    ("podgroup-v1beta1.json", {GroupRef(PG, "ml", "training-workers"): GangPolicy(8, 45.0)}),
+        "topology.kubernetes.io/zone", required_source=Source.PODGROUP_FIELD),
+        order=GangOrder(priority=0, disruption_all=False))}),  # 1.36: disruptionMode "Pod"
+    ("podgroup-v1alpha3.json", {GroupRef(PG, "ml", "training-workers"): GangPolicy(
+        3, order=GangOrder(disruption_all=False))}),  # 1.37: disruptionMode {single: {}}
+    ("podgroup-v1beta1.json", {GroupRef(PG, "ml", "training-workers"): GangPolicy(
+        8, 45.0, order=GangOrder(priority=1000, priority_class="high"))}),  # {all: {}}, priority 1000
     ("podgroup-v1beta1-basic.json", {GroupRef(PG, "ml", "driver"): None}),
     ("podgroup-x-k8s-v1alpha1.json", {GroupRef(GroupKind.COSCHEDULING, "ml", "pg"): GangPolicy(3, 30.0)}),
 ])
@@ -221,7 +225,8 @@ def test_mirror_takes_every_generation_and_reports_policy_changes() -> None:
     assert counts == {"Workload": 1, "skipped": 2, "PodGroup": 5, "Pod": 5}  # 1.36+ Workloads: templates
     gang = GangKey(GroupRef(PG, "ml", "training-workers"))
     # v1alpha3 and v1beta1 objects of one PodGroup are the same object: the later one wins.
-    assert mirror.gang_policy(gang) == (True, GangPolicy(8, 45.0))
+    high = GangOrder(priority=1000, priority_class="high")
+    assert mirror.gang_policy(gang) == (True, GangPolicy(8, 45.0, order=high))
     assert gang.group in mirror.take_policy_changes()  # every group appeared (and this one went 3 -> 8)
     assert mirror.take_policy_changes() == set()
     meta = mirror.group_meta(gang.group)
@@ -229,7 +234,7 @@ def test_mirror_takes_every_generation_and_reports_policy_changes() -> None:
     scaled = golden("podgroup-v1beta1.json")
     scaled["spec"]["schedulingPolicy"]["gang"]["minCount"] = 6
     mirror.upsert_group(PG, scaled)
-    assert mirror.gang_policy(gang) == (True, GangPolicy(6, 45.0))
+    assert mirror.gang_policy(gang) == (True, GangPolicy(6, 45.0, order=high))
     assert mirror.take_policy_changes() == {gang.group}
     mirror.upsert_group(PG, scaled)  # a status-only update is no policy change
     assert mirror.take_policy_changes() == set()
