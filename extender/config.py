@@ -59,6 +59,7 @@ class Settings:
     max_full_nodes_body_bytes: int = 0     # filter/prioritize body in the full Nodes form; 0: that form is refused
     request_buffer_bytes: int = 16 * 2**20  # request bytes held at once over all connections
     topology_levels: str = ""              # node label keys, widest first, for preferred topology fallback
+    max_wait_seconds: float = 300.0        # the head gang's wait before capacity drains for it
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -77,6 +78,9 @@ _HELP = {
                             "place (per-gang override: annotation gang-extender.io/timeout-seconds or PodGroup "
                             "spec.scheduleTimeoutSeconds)",
     "gang_backoff_seconds": "first back-off of a gang after a timeout; doubles per timeout, max 300 s",
+    "max_wait_seconds": "how long the first gang in the admission order (highest priority, then longest waiting) "
+                        "may wait before capacity that frees up on the nodes of its plan is reserved for it (a "
+                        "draining reservation); per gang: the gang-extender.io/max-wait-seconds annotation",
     "cache_size": "filter cache capacity in node verdicts summed over all signatures (an entry weighs one per "
                   "node it knows; ~150 bytes each); 0 disables the cache",
     "cache_ttl_seconds": "backstop lifetime of a filter cache entry",
@@ -214,6 +218,8 @@ def _value_problems(settings: Settings) -> list[str]:
         problems.append(f"gang-timeout-seconds must be > 0, got {settings.gang_timeout_seconds}")
     elif not math.isfinite(settings.gang_timeout_seconds):  # an infinite wait overflows Event.wait
         problems.append(f"gang-timeout-seconds must be finite, got {settings.gang_timeout_seconds}")
+    if not 0 <= settings.max_wait_seconds < float("inf"):  # also rejects nan
+        problems.append(f"max-wait-seconds must be >= 0 and finite, got {settings.max_wait_seconds}")
     if not settings.gang_backoff_seconds >= 0:  # also rejects nan
         problems.append(f"gang-backoff-seconds must be >= 0, got {settings.gang_backoff_seconds}")
     if settings.cache_size < 0:

@@ -74,6 +74,24 @@ def _topology_lines(topology: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+def _order_lines(place: Mapping[str, Any] | None) -> list[str]:
+    """The gang's place in the admission order, what is ahead of it and its draining reservation."""
+    if not place:
+        return []
+    lines = [f"Order:       {place.get('position')} of {place.get('of')} waiting (priority {place.get('priority')}); "
+             f"waiting {_seconds(place.get('waitingSeconds'))} (max wait {_seconds(place.get('maxWaitSeconds'))})"]
+    for ahead in place.get("ahead") or []:
+        lines.append(f"             after {ahead.get('gang')} (priority {ahead.get('priority')}, waiting "
+                     f"{_seconds(ahead.get('waitingSeconds'))})")
+    drain = place.get("draining")
+    if drain:
+        lines.append(f"Draining:    room for {drain.get('free')} of {drain.get('members')} member(s) has freed up on "
+                     f"{', '.join(drain.get('nodes') or [])} (for {_seconds(drain.get('sinceSeconds'))})")
+    if place.get("problem"):
+        lines.append(f"Problem:     {place['problem']}")
+    return lines
+
+
 def render(answer: Mapping[str, Any]) -> str:
     """The human form of one ``/explain`` answer."""
     lines: list[str] = []
@@ -104,6 +122,7 @@ def render(answer: Mapping[str, Any]) -> str:
         lines.append(f"Back-off:    {_seconds(backoff)} left after {gang.get('timeouts', 0)} timeout(s)" if backoff
                      else f"Back-off:    none ({gang.get('timeouts', 0)} timeout(s) so far)")
         lines.extend(_topology_lines(gang.get("topology")))
+        lines.extend(_order_lines(gang.get("order")))
         lines.append(f"Waiting:     {gang.get('waiting') or '-'}")
         shortfall = gang.get("shortfall")
         if shortfall:

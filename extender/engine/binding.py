@@ -24,8 +24,8 @@ from extender.cluster.model import GangKey, PodRecord
 from extender.engine.ports import Binder, ReleaseLog
 from extender.engine.requests import BindArgs
 from extender.errors import BindError, ObjectError, ReleaseNotRecordedError
-from extender.gangs.book import Hold
 from extender.gangs.ledger import BindAction, GangLedger
+from extender.gangs.state import Hold
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,9 @@ one consistent step.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from extender.cluster.fit import placement_failure, shortfall
 from extender.cluster.mirror import ClusterMirror
@@ -36,50 +35,12 @@ from extender.cluster.model import (
 from extender.cluster.quantity import Resources, describe
 from extender.cluster.records import pod_placement
 from extender.cluster.topology import merge
-from extender.gangs.topology import Domain, DomainReport
+from extender.gangs.state import GangState, Hold
+from extender.gangs.topology import Domain
 
 log = logging.getLogger(__name__)
 
 MAX_BLOCKED = 100_000  # the most pods remembered to wake (blocked, rejected by a gang rule, approved)
-
-
-@dataclass(eq=False, slots=True)
-class Hold:
-    """One bind request waiting at a gang's barrier."""
-
-    pod: PodRecord
-    node: str
-    answer_by: float = float("inf")  # answered with a retry by then (ledger clock): the caller's timeout less a margin
-    done: threading.Event = field(default_factory=threading.Event)
-    result: str | None = None  # None while waiting; "" bound; otherwise the error to answer
-    releasing: bool = False    # picked by the thread that completes the quorum
-
-
-@dataclass(slots=True)
-class GangState:
-    gang: GangKey
-    policy: GangPolicy
-    admitted_at: float | None = None  # while admitted, the mirror keeps the slots it reserves
-    holds: dict[str, Hold] = field(default_factory=dict)
-    deadline: float | None = None
-    backoff_until: float = 0.0
-    timeouts: int = 0
-    completed: int = 0
-    last_message: str = ""
-    never_fits: Verdict | None = None
-    never_fits_checked: int = -1  # mirror.node_set_generation of that check
-    woken_after_backoff: bool = True
-    never_fits_members: tuple[object, ...] = ()  # uids of the members that check planned, and the constraint
-    failed_plan: Verdict | None = None  # the wait verdict of the last admission plan that did not fit
-    failed_plan_inputs: tuple[object, ...] = ()  # (mirror.generation, needed, members) it was planned for
-    held_ever: set[str] = field(default_factory=set)  # uids held at the barrier in this attempt
-    constraint: TopologyConstraint = NONE  # the gang's topology constraint when it was last planned
-    constraint_known: bool = False  # ``constraint`` was read (planned, or read for ``domain_of``)
-    domain: Domain | None = None  # while admitted: the topology domain its reservation is in
-    other_domains: tuple[DomainReport, ...] = ()  # the last plan's best other domains and what they lack
-    offered: set[str] = field(default_factory=set)  # reserved nodes kube-scheduler offered in this attempt
-    filters_seen: int = 0  # member filter requests in this attempt
-    avoid: frozenset[str] = frozenset()  # reserved nodes never offered in timed-out attempts, until one succeeds
 
 
 @dataclass(frozen=True, slots=True)

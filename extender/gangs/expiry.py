@@ -17,7 +17,8 @@ from extender.cluster.model import (
     GangPhase,
     GangStatus,
 )
-from extender.gangs.book import GangBook, GangState, Hold, Release
+from extender.gangs.book import GangBook, Release
+from extender.gangs.state import GangState, Hold
 
 log = logging.getLogger(__name__)
 

@@ -100,6 +100,7 @@ class GangFacts:
     api_version: str = ""
     template: str = ""
     topology: Mapping[str, Any] | None = None  # the constraint, the chosen domain, the best other domains
+    order: Mapping[str, Any] | None = None  # its place in the admission order (``queue.order_view``)
 
 
 def _state(facts: GangFacts, placed: int, holding: bool) -> str:
@@ -121,6 +122,8 @@ def _state(facts: GangFacts, placed: int, holding: bool) -> str:
         return "Admitted"
     if len(facts.members) < policy.min_count:
         return "WaitingForMembers"
+    if facts.order and facts.order.get("draining"):
+        return "Draining"
     return "WaitingForCapacity"
 
 
@@ -168,6 +171,7 @@ def explain(facts: GangFacts, nodes: Sequence[NodeRecord],
         "heldPods": sorted(p.name for p in held),
         "pendingPods": sorted(p.name for p in pending)[:50],
         **({"topology": dict(facts.topology)} if facts.topology else {}),  # only for a gang with a constraint
+        **({"order": dict(facts.order)} if facts.order else {}),  # only for a complete gang waiting its turn
     }
 
 

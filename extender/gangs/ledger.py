@@ -32,8 +32,9 @@ from extender.cluster.model import (
 )
 from extender.cluster.quantity import CPU
 from extender.gangs import explanation, planner, rules, topology
-from extender.gangs.book import MAX_BLOCKED, GangState, Hold
-from extender.gangs.expiry import GangExpiry
+from extender.gangs.book import MAX_BLOCKED
+from extender.gangs.queue import GangQueue
+from extender.gangs.state import GangState, Hold
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class BindDecision:
     error: str = ""
 
 
-class GangLedger(GangExpiry):
+class GangLedger(GangQueue):
     """Admission and the bind barrier, over the clock and the book."""
 
     # ----------------------------------------------------------------------------- admission
@@ -89,7 +90,9 @@ class GangLedger(GangExpiry):
                 members.append(pod)
             placed = self.placed(members, state)
             if len(placed) + len(self._waiting(state)) >= policy.min_count:
+                state.waiting_since = None
                 return PASS  # complete: later members and replacements need no reservation
+            self._take_turn(state, members, now)
             if now < state.backoff_until:
                 return Verdict(Code.WAIT_RESOLVABLE,
                                f"gang {gang} is backing off for {state.backoff_until - now:.0f}s after "
@@ -135,6 +138,7 @@ class GangLedger(GangExpiry):
         state.admitted_at = now
         state.deadline = now + self.timeout_for(policy)
         state.domain, state.offered, state.filters_seen = placement.domain, set(), 0
+        self._note_admitted(state, now)
         self.mirror.reserve(gang, result.slots)
         where = topology.where(state.constraint, placement)
         state.last_message = f"admitted: {len(chosen)} member(s) reserved on {len(result.per_node())} node(s){where}"
@@ -150,33 +154,6 @@ class GangLedger(GangExpiry):
             self.on_event(chosen, "Warning", "GangTopologyFallback",
                           f"gang {gang}: no {state.constraint.preferred} domain could hold it; placed{where}")
         self.on_status(gang, GangStatus(GangPhase.SCHEDULING, state.last_message, placed, policy.min_count))
-
-    def held_demand(self) -> int:
-        """Binds that gangs may hold at once: held now, plus reserved members still to come."""
-        with self.lock:
-            return sum(len(self._waiting(s)) + (self.mirror.reserved_count(s.gang) if s.admitted_at is not None else 0)
-                       for s in self._gangs.values())
-
-    def _barrier_room(self, gang: GangKey, needed: int) -> Verdict | None:
-        """None when the gang's ``needed`` held binds fit the thread budget beside gangs in flight."""
-        most = self.max_release_members
-        if most is not None and needed > most:
-            return Verdict(Code.WAIT_UNRESOLVABLE,
-                           f"gang {gang} would release {needed} members at once but a release written on the "
-                           f"leader's Lease holds at most {most}: raise --release-intents-max-bytes")
-        limit = self.max_held_binds
-        if limit is None:
-            return None
-        if needed > limit:
-            return Verdict(Code.WAIT_UNRESOLVABLE,
-                           f"gang {gang} would hold {needed} binds at once but gang-extender can hold at most "
-                           f"{limit}: raise --threads")
-        in_flight = self.held_demand()
-        if in_flight + needed > limit:
-            return Verdict(Code.WAIT_RESOLVABLE,
-                           f"waiting for a barrier slot for gang {gang}: gangs in flight may hold {in_flight} "
-                           f"binds; {needed} more would exceed the limit of {limit} (--threads)")
-        return None
 
     def _never_fits(self, state: GangState, members: list[PodRecord]) -> Verdict | None:
         generation = self.mirror.node_set_generation
@@ -290,7 +267,7 @@ class GangLedger(GangExpiry):
                                       "reserved until kube-scheduler retries them")
             elif state is not None and not state.holds:
                 self._reset(state)
-                state.timeouts, state.avoid = 0, frozenset()
+                state.timeouts, state.avoid, state.waiting_since = 0, frozenset(), None
                 state.completed += 1
                 state.last_message = "quorum reached: members bound"
                 self.counters["completed"] += 1
@@ -382,7 +359,7 @@ class GangLedger(GangExpiry):
                 backoff_in=max(state.backoff_until - now, 0.0), timeouts=state.timeouts, completed=state.completed,
                 message=state.last_message, never_fits=state.never_fits.message if state.never_fits else "",
                 api_version=meta.api_version if meta else "", template=meta.template if meta else "",
-                topology=topology_view)
+                topology=topology_view, order=self.order_view(gang))
 
     def _topology_view(self, gang: GangKey, policy: GangPolicy | None, members: tuple[PodRecord, ...],
                        state: GangState) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 if TYPE_CHECKING:
     from extender.wiring.runtime import Runtime
@@ -82,6 +82,16 @@ def _gang_metrics(rt: Runtime) -> Iterator[Metric]:
                             value=rt.ledger.held_count())
     yield GaugeMetricFamily("gang_extender_admitted_gangs", "Gangs holding a reservation",
                             value=rt.ledger.admitted_count())
+    waiting, draining, waits = rt.ledger.order_stats()
+    yield GaugeMetricFamily("gang_extender_waiting_gangs", "Complete gangs waiting for admission, in order",
+                            value=waiting)
+    yield GaugeMetricFamily("gang_extender_draining_reservations",
+                            "Gangs first in the order past their max wait: capacity drains for them", value=draining)
+    histogram = HistogramMetricFamily("gang_extender_gang_wait_seconds",
+                                      "Seconds from a gang complete to admitted, by gang priority", labels=["priority"])
+    for priority, buckets, total in waits:
+        histogram.add_metric([str(priority)], buckets, total)
+    yield histogram
 
 
 def _mirror_metrics(rt: Runtime) -> Iterator[Metric]:

@@ -74,6 +74,7 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
     reports = GangReports(mirror, events, status)
     ledger = GangLedger(mirror, timeout_seconds=settings.gang_timeout_seconds,
                         backoff_seconds=settings.gang_backoff_seconds, on_event=reports.on_event,
+                        max_wait_seconds=settings.max_wait_seconds,
                         on_wake=waker.wake, on_status=reports.on_status,
                         max_held_binds=held_bind_budget(settings.threads),
                         hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds,

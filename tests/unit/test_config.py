@@ -44,7 +44,8 @@ def test_field_names() -> None:
                                       "lease_renew_deadline_seconds", "lease_retry_period_seconds",
                                       "release_intents_max_bytes",
                                       "client_timeout_seconds", "max_full_nodes_body_bytes",  # issue 11
-                                      "request_buffer_bytes", "topology_levels"]  # issue 12
+                                      "request_buffer_bytes", "topology_levels",  # issue 12
+                                      "max_wait_seconds"]  # issue 13
 
 
 @pytest.mark.parametrize(("args", "problem"), [
@@ -152,6 +153,7 @@ def test_config_error_lists_every_problem_at_once(tmp_path: Path) -> None:
         ({"gang_timeout_seconds": "nan"}, "gang-timeout-seconds must be > 0, got nan"),
         ({"gang_timeout_seconds": "inf"}, "gang-timeout-seconds must be finite, got inf"),
         ({"gang_backoff_seconds": "nan"}, "gang-backoff-seconds must be >= 0, got nan"),
+        ({"max_wait_seconds": "-1"}, "max-wait-seconds must be >= 0 and finite, got -1.0"),
         ({"cache_ttl_seconds": "-5"}, "cache-ttl-seconds must be > 0, got -5.0"),
         ({"threads": "0"}, "threads must be 1..10000, got 0"),
         ({"threads": "10001"}, "threads must be 1..10000, got 10001"),

@@ -1,0 +1,236 @@
+"""The admission order: priority, then waiting time; backfill; draining reservations (no engine, no threads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.cluster.groups import ANNOTATION_MAX_WAIT, gang_order
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.model import PASS, GangKey, GangOrder, GangPolicy, GroupKind, PodRecord
+from extender.cluster.records import pod_record
+from extender.gangs import order
+from extender.gangs.ledger import BindAction, GangLedger
+from tests.builders import EventLog, FakeClock, coscheduling_podgroup, node, pod
+
+NODES = ["n1", "n2", "n3", "n4"]
+
+
+def with_priority(raw: dict[str, Any], priority: int | None) -> dict[str, Any]:
+    if priority is not None:
+        raw["spec"]["priority"] = priority
+    return raw
+
+
+class World:
+    """Four 4-cpu nodes, a ledger with a 60 s max wait, a clock that moves when told."""
+
+    def __init__(self, max_wait: float = 60.0) -> None:
+        self.clock = FakeClock()
+        self.events = EventLog()
+        self.mirror = ClusterMirror()
+        self.ledger = GangLedger(self.mirror, timeout_seconds=30.0, backoff_seconds=10.0, clock=self.clock,
+                                 on_event=self.events, max_wait_seconds=max_wait)
+        for name in NODES:
+            self.mirror.upsert_node(node(name))
+
+    def gang(self, name: str, size: int, cpu: str, *, priority: int | None = None,
+             annotations: dict[str, str] | None = None) -> tuple[GangKey, GangPolicy, list[PodRecord]]:
+        group = coscheduling_podgroup(name, size)
+        group["metadata"]["annotations"] = dict(annotations or {})
+        self.mirror.upsert_group(GroupKind.COSCHEDULING, group)
+        members = [self.mirror.upsert_pod(with_priority(pod(f"{name}-{i}", cpu=cpu, memory="1Mi", pod_group=name),
+                                                        priority)) for i in range(size)]
+        gang = members[0].gang
+        assert gang is not None
+        exists, policy = self.mirror.gang_policy(gang)
+        assert exists and policy is not None
+        return gang, policy, members
+
+    def running(self, name: str, cpu: str, at: str, priority: int | None = None) -> PodRecord:
+        return self.mirror.upsert_pod(with_priority(pod(name, cpu=cpu, memory="1Mi", node=at), priority))
+
+    def admitted(self, gang: GangKey) -> bool:
+        state = self.ledger.state(gang)
+        return state is not None and state.admitted_at is not None
+
+    def bind_all(self, gang: GangKey, policy: GangPolicy, members: list[PodRecord]) -> None:
+        """Bind an admitted gang's members to its reserved nodes, as kube-scheduler and the barrier do."""
+        slots = [n for n, _ in self.mirror.reserved_slots(gang)]
+        decision = None
+        for member, target in zip(members, slots, strict=False):
+            decision = self.ledger.on_bind(member, target, policy)
+        assert decision is not None and decision.action is BindAction.RELEASE
+        self.ledger.released(gang, [(h, "") for h in decision.holds])
+        for hold in decision.holds:
+            raw = pod(hold.pod.name, uid=hold.pod.uid, cpu=None, memory=None, pod_group=gang.group.name,
+                      node=hold.node)
+            raw["spec"]["containers"][0]["resources"]["requests"] = {"cpu": f"{hold.pod.requests['cpu']}m",
+                                                                     "memory": "1Mi"}
+            self.mirror.upsert_pod(raw)
+
+
+# ----------------------------------------------------------------------------------- pure parts
+def test_priority_is_the_groups_else_the_members_and_a_mismatch_is_a_problem() -> None:
+    def members(*priorities: int) -> list[PodRecord]:
+        return [pod_record(with_priority(pod(f"p{i}"), p)) for i, p in enumerate(priorities)]
+
+    assert order.gang_priority(None, members(5, 5)) == (5, "")
+    assert order.gang_priority(GangOrder(priority=7), members(7, 7)) == (7, "")
+    assert order.gang_priority(None, []) == (0, "")
+    low, problem = order.gang_priority(None, members(5, 1))
+    assert low == 1 and problem.startswith("its members have different priorities (1, 5)")
+    low, problem = order.gang_priority(GangOrder(priority=9), members(9, 3))
+    assert low == 3 and "differs from the group's priority 9" in problem
+
+
+def test_queue_key_orders_by_priority_then_age_then_name() -> None:
+    keys = sorted([(order.queue_key(0, 5.0, "b"), "old-low"), (order.queue_key(10, 9.0, "a"), "young-high"),  # type: ignore[arg-type]
+                   (order.queue_key(0, 1.0, "c"), "older-low"), (order.queue_key(0, 1.0, "a"), "older-low-a")])  # type: ignore[arg-type]
+    assert [name for _, name in keys] == ["young-high", "older-low-a", "older-low", "old-low"]
+
+
+def test_order_settings_parse_and_malformed_ones_become_a_problem() -> None:
+    assert gang_order({}) is None
+    assert gang_order({ANNOTATION_MAX_WAIT: "90"}) == GangOrder(max_wait_seconds=90.0)
+    bad = gang_order({ANNOTATION_MAX_WAIT: "soon"})
+    assert bad is not None and bad.max_wait_seconds is None and "must be a number of seconds" in bad.problem
+    for raw in ("-1", "nan", "inf"):
+        parsed = gang_order({ANNOTATION_MAX_WAIT: raw})
+        assert parsed is not None and parsed.problem, raw
+    unresolved = gang_order({}, {"priorityClassName": "missing"})
+    assert unresolved is not None and "did not resolve to a priority" in unresolved.problem
+    assert gang_order({}, {"disruptionMode": {"single": {}}}) == GangOrder(disruption_all=False)
+    assert gang_order({}, {"preemptionPolicy": "Never", "priority": 3}) == GangOrder(priority=3, preempt_never=True)
+
+
+def test_wait_histogram_is_cumulative_per_priority() -> None:
+    waits = order.WaitHistogram()
+    waits.observe(0, 0.5)
+    waits.observe(0, 20.0)
+    waits.observe(5, 5000.0)
+    (p0, buckets0, sum0), (p5, buckets5, _) = waits.snapshot()
+    assert (p0, p5) == (0, 5) and sum0 == 20.5
+    assert dict(buckets0)["1.0"] == 1 and dict(buckets0)["30.0"] == 2 and dict(buckets0)["+Inf"] == 2
+    assert dict(buckets5)["3600.0"] == 0 and dict(buckets5)["+Inf"] == 1
+
+
+# ------------------------------------------------------------------------------------ the order
+def test_a_higher_priority_gang_created_last_is_admitted_first() -> None:
+    w = World()
+    hogs = [w.running(f"hog-{n}", "3", n) for n in NODES]
+    low, low_policy, _ = w.gang("low", 4, "3", priority=0)
+    assert w.ledger.admission(low, low_policy) != PASS  # waiting for capacity
+    w.clock.advance(30)
+    high, high_policy, _ = w.gang("high", 4, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    for hog in hogs:
+        w.mirror.delete_pod(hog.uid)
+    # The older, lower-priority gang's member is filtered first: the higher-priority gang goes first.
+    assert w.ledger.admission(low, low_policy) != PASS
+    assert w.admitted(high) and not w.admitted(low)
+    view = w.ledger.order_view(low)
+    assert view is not None and view["position"] == 1 and view["of"] == 1  # high is admitted: out of the queue
+
+
+def test_an_older_gang_of_equal_priority_goes_before_a_younger_one() -> None:
+    w = World()
+    hogs = [w.running(f"hog-{n}", "3", n) for n in NODES]
+    old, old_policy, _ = w.gang("old", 4, "3")
+    young, young_policy, _ = w.gang("young", 4, "3")
+    assert w.ledger.admission(old, old_policy) != PASS
+    w.clock.advance(1)
+    assert w.ledger.admission(young, young_policy) != PASS
+    view = w.ledger.order_view(young)
+    assert view is not None and view["position"] == 2 and view["ahead"][0]["gang"] == str(old)
+    for hog in hogs:
+        w.mirror.delete_pod(hog.uid)
+    assert w.ledger.admission(young, young_policy) != PASS
+    assert w.admitted(old) and not w.admitted(young)
+
+
+def test_a_younger_gang_backfills_capacity_the_older_one_cannot_use() -> None:
+    w = World()
+    for n in NODES[:3]:
+        w.running(f"hog-{n}", "3", n)
+    big, big_policy, _ = w.gang("big", 4, "3")
+    assert w.ledger.admission(big, big_policy) != PASS  # needs all four nodes
+    w.clock.advance(1)
+    small, small_policy, _ = w.gang("small", 2, "1")
+    assert w.ledger.admission(small, small_policy) == PASS  # fits on n4, which big cannot use alone
+    assert not w.admitted(big)
+
+
+def test_the_head_gang_past_its_max_wait_drains_capacity_and_is_admitted_when_it_frees() -> None:
+    w = World(max_wait=60)
+    hogs = {n: w.running(f"hog-{n}", "2", n) for n in NODES}
+    big, big_policy, _ = w.gang("big", 4, "3")
+    assert w.ledger.admission(big, big_policy) != PASS
+    w.clock.advance(61)
+    w.ledger.sweep()
+    state = w.ledger.state(big)
+    assert state is not None and state.drain == "draining"
+    assert sorted(w.mirror.reserved_nodes(big)) == NODES
+    assert w.events.of("GangDraining")
+    # Capacity that frees up on a drained node is kept for the gang: only what it does not need (1 of
+    # the 4 cpu) is left to others, so a 2-cpu plain pod or gang member that would fit there now does not.
+    w.mirror.delete_pod(hogs["n1"].uid)
+    assert w.mirror.free("n1", None)["cpu"] == 1000
+    small, small_policy, _ = w.gang("small", 1, "2")
+    assert w.ledger.admission(small, small_policy) != PASS
+    view = w.ledger.order_view(big)
+    assert view is not None and view["draining"]["free"] == 1 and view["draining"]["members"] == 4
+    for n in NODES[1:]:
+        w.mirror.delete_pod(hogs[n].uid)
+    w.clock.advance(1)
+    w.ledger.sweep()
+    assert not w.admitted(big)  # a sweep never admits: the member's next filter does
+    assert w.ledger.admission(big, big_policy) == PASS
+    assert w.admitted(big) and w.ledger.state(big).drain == ""  # type: ignore[union-attr]
+    (priority, _buckets, total), = w.ledger.order_stats()[2]
+    assert priority == 0 and 61 <= total <= 63
+
+
+def test_a_drain_covers_only_what_the_head_gang_needs() -> None:
+    w = World(max_wait=0)
+    for n in NODES:
+        w.running(f"hog-{n}", "3", n)
+    big, big_policy, _ = w.gang("big", 2, "2")
+    assert w.ledger.admission(big, big_policy) != PASS
+    w.ledger.sweep()
+    drained = w.mirror.reserved_nodes(big)
+    assert len(drained) == 1  # both members fit one emptied node: the other three stay open to everyone
+    others = [n for n in NODES if n not in drained]
+    assert all(w.mirror.free(n, None)["cpu"] == 1000 for n in others)
+
+
+def test_a_higher_priority_gang_takes_the_head_and_the_old_drain_ends() -> None:
+    w = World(max_wait=10)
+    for n in NODES:
+        w.running(f"hog-{n}", "2", n)
+    low, low_policy, _ = w.gang("low", 4, "3")
+    assert w.ledger.admission(low, low_policy) != PASS
+    w.clock.advance(11)
+    w.ledger.sweep()
+    assert w.mirror.reserved_nodes(low)
+    high, high_policy, _ = w.gang("high", 4, "3", priority=10)
+    assert w.ledger.admission(high, high_policy) != PASS
+    assert not w.mirror.reserved_nodes(low)
+    w.clock.advance(11)
+    w.ledger.sweep()
+    assert sorted(w.mirror.reserved_nodes(high)) == NODES
+
+
+def test_bad_order_settings_are_told_once_and_shown_by_explain() -> None:
+    w = World()
+    for n in NODES:
+        w.running(f"hog-{n}", "4", n)
+    gang, policy, members = w.gang("odd", 2, "1", annotations={ANNOTATION_MAX_WAIT: "later"})
+    w.mirror.upsert_pod(with_priority(pod("odd-0", uid=members[0].uid, cpu="1", memory="1Mi", pod_group="odd"), 50))
+    w.ledger.admission(gang, policy)
+    w.ledger.admission(gang, policy)
+    told = w.events.of("GangOrderProblem")
+    assert len(told) == 1
+    assert "max-wait-seconds must be a number" in told[0][3] and "different priorities (0, 50)" in told[0][3]
+    explained = w.ledger.explain(gang)
+    assert "different priorities" in explained["order"]["problem"]
+    assert explained["order"]["maxWaitSeconds"] == 60.0  # the default applies
