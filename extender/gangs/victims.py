@@ -1,0 +1,198 @@
+"""Choosing preemption victims for a gang (pure).
+
+Owns: which lower-priority running units (a whole gang, or one single pod) a high-priority gang (the
+preemptor) would evict so that its chosen members fit under its topology constraint, and what evicting
+them frees per node. A unit is all or nothing: its pods' requests are freed together, never part.
+Must not: do I/O, read PodDisruptionBudgets or preemption policies (the caller marks a unit
+``evictable`` or not and says ``why_not``), evict anything, or mutate its inputs.
+
+How (each step judged by ``topology.place_gang`` over ``free_of`` plus what the units free):
+
+1. candidates: units of lower priority, evictable, with a bound pod on a node one of the chosen
+   members could use (taints, nodeSelector, affinity: the planner's predicates), ordered by priority,
+   then fewer pods, then key;
+2. the shortest prefix of that order whose eviction lets the plan complete: galloping, then
+   bisecting (O(log units) plans; the first prefix that completes when completion grows with the
+   capacity freed, as it does for whole domains of fitting members);
+3. units with no pod on a node of that plan are left out when the plan still completes without them;
+4. a removal pass: each unit, highest priority first, then larger first, is left out if the plan
+   still completes; a unit kept before a later one was left out is tried again, so when it ends no
+   single victim could be spared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from extender.cluster.fit import placement_failure
+from extender.cluster.model import NodeRecord, PodRecord, TopologyConstraint
+from extender.cluster.quantity import CPU, Resources, add_into
+from extender.cluster.records import pod_placement
+from extender.gangs import topology
+from extender.gangs.topology import TopologyPlan
+
+NO_VICTIMS = "no lower-priority victims"
+
+
+@dataclass(frozen=True, slots=True)
+class VictimUnit:
+    """What is evicted together: a whole gang, or one pod that is not a gang member."""
+
+    key: str  # e.g. "gang ns/name" or "pod ns/name": what Events and explain name
+    priority: int  # the unit's priority (a gang: its members' highest)
+    pods: tuple[PodRecord, ...]  # its bound pods, evicted together
+    evictable: bool = True  # False: never a victim (e.g. a PodDisruptionBudget forbids it)
+    why_not: str = ""  # why it is not evictable (for explain)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """The victims to evict (none: the preemptor fits already), where its chosen members then go, and
+    what evicting the victims frees on each node."""
+
+    victims: tuple[VictimUnit, ...]
+    placement: TopologyPlan
+    freed: dict[str, Resources]
+
+
+def frees(units: Iterable[VictimUnit]) -> dict[str, Resources]:
+    """Per node, the summed requests of the units' pods bound there (terminal pods hold nothing)."""
+    freed: dict[str, Resources] = {}
+    for unit in units:
+        for pod in unit.pods:
+            if pod.node_name and not pod.terminal:
+                add_into(freed.setdefault(pod.node_name, {}), pod.requests)
+    return {node: amount for node, amount in freed.items() if amount}
+
+
+class _Trial:
+    """The preemptor's plan over ``free_of`` plus what a set of units frees (``free_of`` read once per node)."""
+
+    def __init__(self, chosen: Sequence[PodRecord], pending: Sequence[PodRecord], nodes: list[NodeRecord],
+                 free_of: Callable[[NodeRecord], Resources], constraint: TopologyConstraint,
+                 levels: Sequence[str], bound_nodes: Sequence[NodeRecord]) -> None:
+        self.chosen, self.pending, self.nodes = chosen, pending, nodes
+        self.constraint, self.levels, self.bound_nodes = constraint, levels, bound_nodes
+        self._free_of = free_of
+        self._base: dict[str, Resources] = {}
+        self.plans = 0  # place_gang calls made (the benchmark reports it)
+
+    def _room(self, node: NodeRecord) -> Resources:
+        found = self._base.get(node.name)
+        if found is None:
+            found = self._base[node.name] = dict(self._free_of(node))
+        return found
+
+    def place(self, units: Sequence[VictimUnit]) -> tuple[TopologyPlan, dict[str, Resources]]:
+        freed = frees(units)
+
+        def free_of(node: NodeRecord) -> Resources:
+            room = dict(self._room(node))
+            extra = freed.get(node.name)
+            if extra:
+                add_into(room, extra)
+            return room
+
+        def free_cpu(node: NodeRecord) -> int:
+            extra = freed.get(node.name)
+            return self._room(node).get(CPU, 0) + (extra.get(CPU, 0) if extra else 0)
+
+        self.plans += 1
+        return topology.place_gang(self.chosen, self.pending, self.nodes, free_of, free_cpu, self.constraint,
+                                   self.levels, self.bound_nodes), freed
+
+    def completes(self, units: Sequence[VictimUnit]) -> bool:
+        return self.place(units)[0].plan.complete
+
+
+def choose_victims(chosen: Sequence[PodRecord], pending: Sequence[PodRecord], nodes: Iterable[NodeRecord],
+                   free_of: Callable[[NodeRecord], Resources], constraint: TopologyConstraint,
+                   levels: Sequence[str], bound_nodes: Sequence[NodeRecord], units: Sequence[VictimUnit],
+                   preemptor_priority: int) -> Preemption | str:
+    """The fewest, lowest-priority units whose eviction lets ``chosen`` (of ``pending``) be placed, with
+    the placement and what they free; or why no set of units does. No victims when it fits already."""
+    trial = _Trial(chosen, pending, list(nodes), free_of, constraint, levels, bound_nodes)
+    placement, _ = trial.place(())
+    if placement.plan.complete:
+        return Preemption((), placement, {})
+    candidates, why_none = _candidates(chosen, trial.nodes, units, preemptor_priority)
+    if not candidates:
+        return why_none
+    everything, _ = trial.place(candidates)
+    if not everything.plan.complete:
+        pods = sum(len(unit.pods) for unit in candidates)
+        return (f"even evicting every eligible unit ({len(candidates)} units, {pods} pods) leaves "
+                f"{len(everything.plan.slots)}/{len(chosen)} members placed: {everything.plan.blocking}")
+    victims = _shortest_prefix(trial, candidates)
+    victims = _on_plan_nodes(trial, victims)
+    victims = _removal_pass(trial, victims)
+    placement, freed = trial.place(victims)
+    return Preemption(tuple(victims), placement, freed)
+
+
+def _candidates(chosen: Sequence[PodRecord], nodes: Sequence[NodeRecord], units: Sequence[VictimUnit],
+                priority: int) -> tuple[list[VictimUnit], str]:
+    """The units that may be victims and could help, cheapest first; else why there are none."""
+    lower = [u for u in units if u.priority < priority]
+    eligible = [u for u in lower if u.evictable]
+    placements = {pod_placement(pod) for pod in chosen}
+    usable = {n.name for n in nodes if any(placement_failure(p, n) is None for p in placements)}
+    helpful = [u for u in eligible if any(pod.node_name in usable and not pod.terminal for pod in u.pods)]
+    helpful.sort(key=lambda u: (u.priority, len(u.pods), u.key))
+    if helpful:
+        return helpful, ""
+    parts = []
+    if len(lower) < len(units):
+        parts.append(f"{len(units) - len(lower)} running unit(s) have priority {priority} or higher")
+    blocked = [u for u in lower if not u.evictable]
+    if blocked:
+        parts.append(f"{len(blocked)} may not be evicted ({blocked[0].key}: {blocked[0].why_not or 'not evictable'})")
+    if eligible:
+        parts.append(f"{len(eligible)} run only on nodes none of the members can use")
+    return [], f"{NO_VICTIMS}: {'; '.join(parts)}" if parts else f"{NO_VICTIMS}: no running units"
+
+
+def _shortest_prefix(trial: _Trial, candidates: list[VictimUnit]) -> list[VictimUnit]:
+    """The shortest prefix found to complete the plan (the whole list is known to)."""
+    short, size = 0, 1  # the prefix of ``short`` units does not complete (none do not: checked first)
+    while size < len(candidates) and not trial.completes(candidates[:size]):
+        short, size = size, size * 2
+    long = min(size, len(candidates))  # completes (checked, or the whole list)
+    while long - short > 1:
+        middle = (short + long) // 2
+        if trial.completes(candidates[:middle]):
+            long = middle
+        else:
+            short = middle
+    return candidates[:long]
+
+
+def _on_plan_nodes(trial: _Trial, victims: list[VictimUnit]) -> list[VictimUnit]:
+    """``victims`` less those with no pod on a node the plan uses, when the plan still completes."""
+    used = set(trial.place(victims)[0].plan.per_node())
+    kept = [u for u in victims if any(pod.node_name in used for pod in u.pods)]
+    if len(kept) < len(victims) and trial.completes(kept):
+        return kept
+    return victims
+
+
+def _removal_pass(trial: _Trial, victims: list[VictimUnit]) -> list[VictimUnit]:
+    """Leave out every unit the plan can do without, dearest first. A round tries each unit in turn;
+    after a round that left one out, the units tried before its last such step are tried again (the
+    plan's outcome need not grow with capacity: first fit is a heuristic), so every unit kept was
+    last tried against the final set. Usually two rounds; at most one per unit left out."""
+    kept = sorted(victims, key=lambda u: (-u.priority, -len(u.pods), u.key))
+    to_try = list(kept)
+    while to_try:
+        settled: set[int] = set()  # units tried in this round since its last removal
+        removed = False
+        for unit in to_try:
+            without = [u for u in kept if u is not unit]
+            if trial.completes(without):
+                kept, settled, removed = without, set(), True
+            else:
+                settled.add(id(unit))
+        to_try = [u for u in kept if id(u) not in settled] if removed else []
+    order = {id(unit): index for index, unit in enumerate(victims)}
+    return sorted(kept, key=lambda u: order[id(u)])
