@@ -191,7 +191,7 @@ class KubeClient:
         except KubeError as exc:
             if exc.status == 429:
                 raise BudgetError(str(exc)) from None
-            if exc.status == 404 or (exc.status == 409 and "UID in precondition" in str(exc)):
+            if exc.status == 404 or (exc.status == 409 and "the UID in the precondition" in str(exc)):
                 raise GoneError(str(exc)) from None  # 409: the name now belongs to another pod
             raise EvictionError(str(exc)) from None
 

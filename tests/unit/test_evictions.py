@@ -173,7 +173,8 @@ def test_kube_client_evict_is_the_seam_and_maps_statuses(monkeypatch: pytest.Mon
     for status, message, error in [
         (429, "Cannot evict pod as it would violate the pod's disruption budget.", BudgetError),
         (404, 'pods "p" not found', GoneError),
-        (409, "Precondition failed: UID in precondition: u1, UID in object meta: u2", GoneError),
+        (409, 'Operation cannot be fulfilled on Pod "p": the UID in the precondition (u1) does not match the UID '
+              "in record (u2). The object might have been deleted and then recreated", GoneError),
         (409, "Operation cannot be fulfilled", EvictionError),
         (500, "This pod has more than one PodDisruptionBudget", EvictionError),
         (0, "ReadTimeoutError", EvictionError),
