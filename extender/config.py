@@ -60,6 +60,7 @@ class Settings:
     request_buffer_bytes: int = 16 * 2**20  # request bytes held at once over all connections
     topology_levels: str = ""              # node label keys, widest first, for preferred topology fallback
     max_wait_seconds: float = 300.0        # the head gang's wait before capacity drains for it
+    max_evictions_per_minute: int = 60     # preemption victims evicted at most this often (a token bucket)
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -81,6 +82,9 @@ _HELP = {
     "max_wait_seconds": "how long the first gang in the admission order (highest priority, then longest waiting) "
                         "may wait before capacity that frees up on the nodes of its plan is reserved for it (a "
                         "draining reservation); per gang: the gang-extender.io/max-wait-seconds annotation",
+    "max_evictions_per_minute": "most preemption victims evicted (Eviction API) in any minute, a token bucket "
+                                "holding this many: a gang's victims are evicted all at once or not at all, so "
+                                "a gang needing more victims than this is never preempted for",
     "cache_size": "filter cache capacity in node verdicts summed over all signatures (an entry weighs one per "
                   "node it knows; ~150 bytes each); 0 disables the cache",
     "cache_ttl_seconds": "backstop lifetime of a filter cache entry",
@@ -222,6 +226,8 @@ def _value_problems(settings: Settings) -> list[str]:
         problems.append(f"max-wait-seconds must be >= 0 and finite, got {settings.max_wait_seconds}")
     if not settings.gang_backoff_seconds >= 0:  # also rejects nan
         problems.append(f"gang-backoff-seconds must be >= 0, got {settings.gang_backoff_seconds}")
+    if settings.max_evictions_per_minute <= 0:
+        problems.append(f"max-evictions-per-minute must be > 0, got {settings.max_evictions_per_minute}")
     if settings.cache_size < 0:
         problems.append(f"cache-size must be >= 0, got {settings.cache_size}")
     if not settings.cache_ttl_seconds > 0:

@@ -14,8 +14,11 @@ the extender; every layer imports this.
     │       └── QuantityError: a resource quantity
     ├── EdgeError: an outside system failed or refused (the API server, the Lease, a file)
     │   ├── KubeError: an API call failed
-    │   ├── GoneError: the resourceVersion a watch resumes from is too old (relist)
+    │   ├── GoneError: what a call named is gone: the resourceVersion a watch resumes from is too old
+    │   │   (relist), or the pod to evict no longer exists
     │   ├── BindError: a Binding refused or failed
+    │   ├── EvictionError: an eviction refused or failed
+    │   │   └── BudgetError: refused by a PodDisruptionBudget (the Eviction API's 429)
     │   ├── ReleaseNotRecordedError: a release could not be written down, so it must not start
     │   │   └── IntentNotRecordedError (IntentsFullError)
     │   └── LeaseWriteError (NotLeaderError, FencedError, LeaseWriteFailedError)
@@ -83,11 +86,20 @@ class KubeError(EdgeError):
 
 
 class GoneError(EdgeError):
-    """The resourceVersion we watch from is too old: relist."""
+    """What a call named is gone: the resourceVersion we watch from is too old (relist), or the pod an
+    eviction names (that uid) no longer exists."""
 
 
 class BindError(EdgeError):
     """The API server (or snapshot) refused a binding; the message is answered to the scheduler."""
+
+
+class EvictionError(EdgeError):
+    """The API server did not evict a pod (or the outcome is unknown: a timeout); the message says why."""
+
+
+class BudgetError(EvictionError):
+    """The Eviction API refused because a PodDisruptionBudget allows no more disruptions now (HTTP 429)."""
 
 
 class ReleaseNotRecordedError(EdgeError):

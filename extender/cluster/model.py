@@ -197,6 +197,9 @@ class PodRecord:
     topology: Parsed = NONE  # a gang member's own topology constraint (annotations)
     priority: int = 0  # spec.priority (the API server resolves priorityClassName into it)
     preempt_never: bool = False  # spec.preemptionPolicy: Never
+    # metadata.labels as sorted (key, value) pairs, kept for bound pods only (a victim's
+    # PodDisruptionBudgets select it by them); () for pending pods, to keep the mirror small
+    labels: tuple[tuple[str, str], ...] = ()
     # ``spec`` read once into the constraints the predicates evaluate (None: not read; see records.pod_placement)
     placement: Placement | None = dataclasses.field(default=None, compare=False, repr=False)
 

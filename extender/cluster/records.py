@@ -3,7 +3,8 @@
 Owns: reading Nodes and Pods as the API server serves them (camelCase dicts, parsed with orjson, never
 through the client's generated models, which cost ~25x more per pod) into ``NodeRecord`` and
 ``PodRecord``: effective resource requests the way kube-scheduler computes them, the gang link, and
-the placement fields a gang member needs for admission planning. Must not: keep state or do I/O.
+the placement fields a gang member needs for admission planning, and a bound pod's labels (what a
+PodDisruptionBudget selects a preemption victim by). Must not: keep state or do I/O.
 """
 
 from __future__ import annotations
@@ -176,7 +177,27 @@ def linked_pod_record(obj: Mapping[str, Any], link: PodLink | None) -> PodRecord
         topology=from_pod(obj) if link else NONE,
         priority=_priority(spec.get("priority")),
         preempt_never=spec.get("preemptionPolicy") == "Never",
+        labels=pod_labels(metadata.get("labels")) if node_name else (),
     )
+
+
+Labels = tuple[tuple[str, str], ...]
+_SHARED_LABELS: dict[Labels, Labels] = {}
+_SHARED_LABELS_MAX = 20_000  # at most a few MiB kept after their pods are gone
+
+
+def pod_labels(raw: object) -> Labels:
+    """A pod's labels as sorted ``(key, value)`` pairs, strings interned and equal tuples shared (the
+    pods of one workload carry the same labels): what a PodDisruptionBudget's selector reads."""
+    if not isinstance(raw, dict) or not raw:
+        return ()
+    labels = tuple(sorted((sys.intern(str(k)), sys.intern(str(v))) for k, v in raw.items()))
+    found = _SHARED_LABELS.get(labels)
+    if found is not None:
+        return found
+    if len(_SHARED_LABELS) < _SHARED_LABELS_MAX:
+        _SHARED_LABELS[labels] = labels
+    return labels
 
 
 def _priority(raw: object) -> int:

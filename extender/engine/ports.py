@@ -1,5 +1,6 @@
 """The engine's ports: what the I/O edges implement for it (the API server or a snapshot binds; a
-journal file or the leader's Lease records releases), and the errors they raise.
+journal file or the leader's Lease records releases; the API server evicts preemption victims), and
+the errors they raise.
 
 Must not: import an edge; the edges import this.
 """
@@ -7,7 +8,10 @@ Must not: import an edge; the edges import this.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+from extender.cluster.model import PodRecord
 
 
 class Binder(Protocol):
@@ -28,3 +32,29 @@ class ReleaseLog(Protocol):
         """Record the release; raises ReleaseNotRecordedError when it is not known to be recorded."""
 
     def closed(self, release_id: int) -> None: ...
+
+
+EVICTION_OUTCOMES = ("evicted", "gone", "refused-budget", "failed", "rate-limited")
+"""Every ``EvictionOutcome.outcome``: evicted (the API server accepted the Eviction), gone (the pod, that
+uid, no longer exists), refused-budget (a PodDisruptionBudget refused: HTTP 429), failed (any other
+failure, a timeout included), rate-limited (not tried: the rate bound had no room)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionOutcome:
+    """What became of one victim's eviction."""
+
+    pod: PodRecord
+    outcome: str   # "evicted" | "gone" | "refused-budget" | "failed" | "rate-limited"
+    message: str = ""
+
+
+class Evictor(Protocol):
+    """The one seam through which the engine evicts preemption victims."""
+
+    def allows(self, count: int) -> bool:
+        """Whether the rate bound has room for ``count`` evictions now."""
+
+    def evict(self, victims: Sequence[PodRecord], preemptor: str, reason: str) -> list[EvictionOutcome]:
+        """Evict every victim (one API call each, bounded by the client's timeout), one outcome per victim
+        in order; all ``rate-limited`` when the rate bound has no room for all of them."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from extender.cluster.budgets import DisruptionBudgets
 from extender.cluster.cache import FIT, FilterCache, NodeVerdicts
 from extender.cluster.facts import PodFacts
 from extender.cluster.fit import placement_failure, shortfall
@@ -26,7 +27,7 @@ from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import Code, GangKey, Verdict
 from extender.engine import preemption
 from extender.engine.binding import BindingVerbs
-from extender.engine.ports import Binder
+from extender.engine.ports import Binder, Evictor
 from extender.engine.requests import (
     FilterArgs,
     FilterResult,
@@ -75,10 +76,15 @@ class Engine(BindingVerbs):
     """The three verbs: filter and prioritize here, bind from ``BindingVerbs``."""
 
     def __init__(self, mirror: ClusterMirror, cache: FilterCache, ledger: GangLedger, binder: Binder,
+                 *, evictor: Evictor | None = None, budgets: DisruptionBudgets | None = None,
                  **binding: Any) -> None:
-        """``binding``: the settings of ``BindingVerbs``."""
+        """``binding``: the settings of ``BindingVerbs``. ``evictor``: evicts preemption victims (None:
+        nothing is evicted); ``budgets``: the cluster's PodDisruptionBudgets, to choose victims whose
+        evictions they allow."""
         super().__init__(mirror, ledger, binder, **binding)
         self.cache = cache
+        self.evictor = evictor
+        self.budgets = budgets
         self.steered = 0  # filter requests answered with the nodes of the member's own reservation
 
     def filter(self, args: FilterArgs) -> FilterResult:

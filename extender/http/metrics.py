@@ -1,7 +1,7 @@
 """Prometheus metrics on a per-app registry.
 
 Owns: request counters and latency histograms (observed by the routes), and a collector that reads
-the counters the core keeps as plain integers (cache, ledger, mirror, watches, events) at scrape
+the counters the core keeps as plain integers (cache, ledger, mirror, watches, events, evictions) at scrape
 time, so the core never imports prometheus_client. Must not: change any state it reads.
 """
 
@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from extender.engine.ports import EVICTION_OUTCOMES
 
 if TYPE_CHECKING:
     from extender.wiring.runtime import Runtime
@@ -39,6 +41,7 @@ class _StateCollector:
         yield from _gang_metrics(rt)
         yield from _mirror_metrics(rt)
         yield from _writer_metrics(rt)
+        yield from _eviction_metrics(rt)
 
 
 def _filter_metrics(rt: Runtime) -> Iterator[Metric]:
@@ -132,3 +135,15 @@ def _writer_metrics(rt: Runtime) -> Iterator[Metric]:
         for outcome, value in sorted(rt.status.counts.items()):
             writes.add_metric([outcome], value)
         yield writes
+
+
+def _eviction_metrics(rt: Runtime) -> Iterator[Metric]:
+    """Preemption victims by eviction outcome, and the PodDisruptionBudgets known."""
+    evictions = CounterMetricFamily("gang_extender_evictions", "Preemption victims by eviction outcome",
+                                    labels=["outcome"])
+    counts = rt.evictor.counts if rt.evictor is not None else {}
+    for outcome in EVICTION_OUTCOMES:
+        evictions.add_metric([outcome], counts.get(outcome, 0))
+    yield evictions
+    yield GaugeMetricFamily("gang_extender_disruption_budgets", "PodDisruptionBudgets watched",
+                            value=len(rt.budgets))

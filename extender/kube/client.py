@@ -3,8 +3,10 @@
 Owns: loading credentials (in-cluster, then kubeconfig), raw JSON requests through the client's
 connection pool (objects are parsed with orjson, never into the generated models: 37.x models drop
 ``spec.workloadRef`` and cost ~25x more to build), paginated lists, streaming watches, API discovery,
-``pods/binding``, Events, and the status of group objects (server-side apply). Every failure leaves
-this module as ``KubeError``. Must not: hold cluster state or make scheduling decisions.
+``pods/binding``, evictions, Events, and the status of group objects (server-side apply). Every failure
+leaves this module as ``KubeError``, but an eviction's: ``BudgetError`` (429: a PodDisruptionBudget
+refused), ``GoneError`` (the pod is gone) or ``EvictionError``. Must not: hold cluster state or make
+scheduling decisions.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
-from extender.errors import KubeError
+from extender.errors import BudgetError, EvictionError, GoneError, KubeError
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +175,25 @@ class KubeClient:
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
         self.request("POST", path, body=body, timeout=timeout)
+
+    def evict(self, namespace: str, name: str, uid: str, timeout: float = 10.0) -> None:
+        """Create a policy/v1 Eviction of the pod (of that ``uid`` only, when given): the API server
+        checks its PodDisruptionBudgets and deletes it gracefully. Raises ``BudgetError`` when a budget
+        refuses (429), ``GoneError`` when the pod (that uid) no longer exists, ``EvictionError`` for any
+        other failure (a timeout included: the pod may or may not be evicted)."""
+        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": name, "namespace": namespace}}
+        if uid:
+            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/eviction"
+        try:
+            self.request("POST", path, body=body, timeout=timeout)
+        except KubeError as exc:
+            if exc.status == 429:
+                raise BudgetError(str(exc)) from None
+            if exc.status == 404 or (exc.status == 409 and "the UID in the precondition" in str(exc)):
+                raise GoneError(str(exc)) from None  # 409: the name now belongs to another pod
+            raise EvictionError(str(exc)) from None
 
     def read_pod(self, namespace: str, name: str, timeout: float = 10.0) -> dict[str, Any] | None:
         try:

@@ -1,10 +1,10 @@
 """Composition: builds a ``Runtime`` for the API server or for a snapshot file.
 
-Owns: creating mirror + cache + ledger + engine and the writers, and wiring them to either the API
-server (credentials, the release journal or the release intents on the leader's Lease, the elector,
-every write gated on leading, the feeds and group discovery run by the ``discovery`` thread) or a
-snapshot file read once. Must not: serve HTTP, decide gang rules, or hold state after it returns (the
-``Runtime`` and the threads it starts hold it).
+Owns: creating mirror + cache + ledger + engine, the writers, the PodDisruptionBudgets and the evictor
+(API mode), and wiring them to either the API server (credentials, the release journal or the release
+intents on the leader's Lease, the elector, every write gated on leading, the feeds and group discovery
+run by the ``discovery`` thread) or a snapshot file read once. Must not: serve HTTP, decide gang rules,
+or hold state after it returns (the ``Runtime`` and the threads it starts hold it).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender import config
+from extender.cluster.budgets import DisruptionBudgets
 from extender.cluster.cache import FilterCache
 from extender.cluster.levels import TopologyLevels
 from extender.cluster.mirror import ClusterMirror
@@ -29,6 +30,7 @@ from extender.gangs.ledger import GangLedger
 from extender.kube.binder import KubeBinder
 from extender.kube.client import KubeClient
 from extender.kube.events import EventRecorder, PodWaker, log_sink
+from extender.kube.evictions import EvictionApi, KubeEvictor
 from extender.kube.intents import ReleaseIntents
 from extender.kube.leader import LeaderElector
 from extender.kube.lease import ElectionConfig, KubeLeaseApi, default_namespace
@@ -59,14 +61,19 @@ def held_bind_budget(threads: int) -> int:
 def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror], Binder], sink: Sink,
             patch: Patch, apply_status: Callable[[dict[str, Any]], None] | None = None,
             release_log: ReleaseLog | None = None, journal: ReleaseJournal | None = None,
-            may_act: Callable[[], bool] = lambda: True, levels: TopologyLevels | None = None) -> Runtime:
+            may_act: Callable[[], bool] = lambda: True, levels: TopologyLevels | None = None,
+            evictions: EvictionApi | None = None) -> Runtime:
     """The mirror, cache, ledger, engine and writers of one extender, wired together (nothing started).
 
-    ``levels`` gives each gang's preferred-fallback level order (default: ``--topology-levels`` only)."""
+    ``levels`` gives each gang's preferred-fallback level order (default: ``--topology-levels`` only);
+    ``evictions``: the Eviction API (None: no evictor, nothing is ever evicted)."""
     levels = levels or TopologyLevels(config.topology_levels(settings))
     mirror = ClusterMirror()
     cache = FilterCache(settings.cache_size, settings.cache_ttl_seconds)
     events = EventRecorder(sink)
+    budgets = DisruptionBudgets()
+    evictor = None if evictions is None else KubeEvictor(evictions, events, settings.max_evictions_per_minute,
+                                                         may_act=may_act)
     waker = PodWaker(patch)
     status = None
     if apply_status is not None and settings.group_status == "on":
@@ -83,8 +90,10 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
                         topology_levels=levels.static, levels_for=levels.levels_for)
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
                     release_log=release_log, scheduler_names=config.scheduler_names(settings),
-                    answer_margin=settings.bind_answer_margin_seconds, may_act=may_act)
-    return Runtime(settings, mirror, cache, ledger, engine, events, waker, mode, status, journal=journal)
+                    answer_margin=settings.bind_answer_margin_seconds, may_act=may_act,
+                    evictor=evictor, budgets=budgets)
+    return Runtime(settings, mirror, cache, ledger, engine, events, waker, mode, status, journal=journal,
+                   budgets=budgets, evictor=evictor)
 
 
 def from_snapshot(settings: Settings) -> Runtime:
@@ -113,7 +122,7 @@ def from_api(settings: Settings) -> Runtime:
     levels = TopologyLevels(config.topology_levels(settings))
     runtime = compose(settings, "api", lambda _m: KubeBinder(kube), _if(leading, kube.create_event),
                       _if(leading, kube.annotate_pod), _if(leading, apply_status), intents or journal, journal,
-                      leading, levels)
+                      leading, levels, kube)
     if elector is not None and intents is not None:
         runtime.leadership = Leadership(settings.lease_duration_seconds, runtime.ledger, runtime.mirror)
         runtime.leadership.attach(elector, intents)
@@ -128,7 +137,7 @@ def from_api(settings: Settings) -> Runtime:
 @dataclass
 class ApiStart:
     """What the ``discovery`` thread does in API mode: discover the group APIs (retrying with back-off
-    until it works once), start the node and pod watches, the API probe and the elector, finish the
+    until it works once), start the node, pod and PodDisruptionBudget watches, the API probe and the elector, finish the
     start (``Runtime.finish_start``), then re-discover every ``discovery_interval_seconds``. Kueue's
     Topology API is discovered in the same rounds but apart: its failure is logged, never blocks the
     start, and its watch is not part of readiness (``wiring.kueue``)."""
@@ -176,7 +185,8 @@ class ApiStart:
                 return
             backoff = min(backoff * 2, 30.0)
         runtime.core_reflectors = self.feeds.core()
-        for r in runtime.core_reflectors:
+        runtime.budget_reflector = self.feeds.budgets(runtime.budgets)
+        for r in [*runtime.core_reflectors, runtime.budget_reflector]:
             r.start()
         runtime.discovered = True
         threading.Thread(target=runtime.probe_api, name="api-probe", daemon=True,

@@ -1,10 +1,11 @@
 """Feeds: the reflectors that keep the mirror in step with the API server, one per watched collection.
 
-Owns: building the ``Reflector`` for nodes, pods and each watched group API over the API client; the
-handlers that turn each watch event into a mirror update (``ADDED``/``MODIFIED`` upsert, ``DELETED``
-removes); counting and logging an object too malformed to mirror instead of stopping its watch; the
-stop event of each group watch. Must not: choose which group APIs to watch (``discovery`` does), parse
-objects (the mirror does), or decide anything about gangs.
+Owns: building the ``Reflector`` for nodes, pods, PodDisruptionBudgets (into ``DisruptionBudgets``, not
+the mirror) and each watched group API over the API client; the handlers that turn each watch event
+into an update (``ADDED``/``MODIFIED`` upsert, ``DELETED`` removes); counting and logging an object
+too malformed to mirror instead of stopping its watch; the stop event of each group watch. Must not:
+choose which group APIs to watch (``discovery`` does), parse objects (the mirror and the budgets do),
+or decide anything about gangs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from extender.cluster.budgets import DisruptionBudgets
 from extender.cluster.groups import GroupApi
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GroupKind
@@ -39,6 +41,11 @@ class MirrorFeeds:
         """The node and pod reflectors, not started."""
         return [self._reflector("nodes", "/api/v1/nodes", self.mirror.replace_nodes, self._apply_node),
                 self._reflector("pods", "/api/v1/pods", self.mirror.replace_pods, self._apply_pod)]
+
+    def budgets(self, budgets: DisruptionBudgets) -> Reflector:
+        """The policy/v1 PodDisruptionBudget reflector of every namespace, into ``budgets``, not started."""
+        return self._reflector("poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets", budgets.replace,
+                               functools.partial(self._apply_budget, budgets))
 
     def start_group(self, api: GroupApi, version: str) -> Reflector:
         """``GroupWatches``' ``start``: watch ``api`` at ``version`` (started)."""
@@ -85,6 +92,14 @@ class MirrorFeeds:
             self.mirror.delete_pod(str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"))
         else:
             self.mirror.upsert_pod(obj)
+
+    @staticmethod
+    def _apply_budget(budgets: DisruptionBudgets, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            meta = obj.get("metadata") or {}
+            budgets.delete(str(meta.get("namespace") or "default"), str(meta.get("name")))
+        else:
+            budgets.upsert(obj)
 
     def _replace_groups(self, group_kind: GroupKind, items: Iterable[dict[str, Any]]) -> None:
         self.mirror.replace_groups(group_kind, items)

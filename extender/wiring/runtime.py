@@ -1,6 +1,7 @@
 """Runtime: the running extender's state and its lifecycle, once built (``composition`` builds it).
 
-Owns: the parts the HTTP edge reads (mirror, cache, ledger, engine, writers); starting the background
+Owns: the parts the HTTP edge reads (mirror, cache, ledger, engine, writers, the PodDisruptionBudgets
+and the evictor); starting the background
 threads (the composition's ``starter`` on the ``discovery`` thread, the 1 s ``gang-sweep``); whether
 the verbs may serve now (synced, leader, no stale watch) and what ``/readyz`` says; the API probe;
 finishing the releases a crash interrupted (``--release-journal``) before requests are let in;
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender.cluster.budgets import DisruptionBudgets
 from extender.cluster.cache import FilterCache
 from extender.cluster.mirror import ClusterMirror
 from extender.config import Settings
@@ -25,6 +27,7 @@ from extender.engine.verbs import Engine
 from extender.files.journal import ReleaseJournal
 from extender.gangs.ledger import GangLedger
 from extender.kube.events import EventRecorder, PodWaker
+from extender.kube.evictions import KubeEvictor
 from extender.kube.status import StatusWriter
 from extender.kube.watching import Reflector
 from extender.wiring.discovery import GroupWatches
@@ -60,13 +63,19 @@ class Runtime:
     leadership: Leadership | None = None  # several replicas: only the leader acts (--leader-election on)
     api_failing_since: float | None = None  # monotonic: the API server stopped answering the probe
     starter: Callable[[], None] | None = None  # run on the `discovery` thread by start() (API mode)
+    budgets: DisruptionBudgets = field(default_factory=DisruptionBudgets)  # the engine's too
+    evictor: KubeEvictor | None = None  # the engine's too (API mode)
+    budget_reflector: Reflector | None = None  # PodDisruptionBudgets: readiness, not staleness (API mode)
     _synced_once: bool = False
 
     @property
     def reflectors(self) -> list[Reflector]:
-        """Every watch that should exist now: nodes, pods and the group APIs served right now."""
+        """Every watch that should exist now: nodes, pods, PodDisruptionBudgets and the group APIs served
+        right now (a failing budget watch makes /readyz fail but not the verbs: the Eviction API itself
+        enforces every budget; ``stale_problem`` reads the core watches only)."""
         groups = self.group_watches.reflectors() if self.group_watches is not None else []
-        return [*self.core_reflectors, *groups]
+        budgets = [self.budget_reflector] if self.budget_reflector is not None else []
+        return [*self.core_reflectors, *budgets, *groups]
 
     def start(self) -> None:
         if self.starter is not None:

@@ -64,7 +64,7 @@ def test_no_gate_and_no_workload_api(cluster: dict[str, Any]) -> None:
     metrics = cp.metrics("kube-apiserver")
     assert re.search(r'^kubernetes_feature_enabled\{name="GenericWorkload",stage="ALPHA"\} 0$', metrics, re.M)
     ready = readyz(cluster["ext"])
-    assert ready["ready"] is True and set(ready["watches"]) == {"nodes", "pods"}, ready
+    assert ready["ready"] is True and set(ready["watches"]) == {"nodes", "pods", "poddisruptionbudgets"}, ready
     assert ready["groupApis"] == {}, ready
 
 

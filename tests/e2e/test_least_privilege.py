@@ -7,8 +7,8 @@ ValidatingAdmissionPolicy that confines its pod writes, checked on a real kube-a
   kubeconfig written by extender-kubeconfig.sh), can do exactly the verbs of extender/kube/client.py (plus
   Leases in gang-scheduler) and is refused a list of others.
 - Acting as that identity with the extender's own client: an image, label, toleration or foreign
-  annotation patch is refused by the policy; its wake-up annotation patch, a Binding and an Event pass;
-  deleting a pod or writing a node is refused by RBAC.
+  annotation patch is refused by the policy; its wake-up annotation patch, a Binding, an Event and an
+  Eviction pass; deleting a pod or writing a node is refused by RBAC.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ EXTENDER_GRANTS = {
     "nodes": {"list", "watch"},
     "pods": {"get", "list", "watch", "patch"},
     "pods/binding": {"create"},
+    "pods/eviction": {"create"},
+    "poddisruptionbudgets.policy": {"list", "watch"},
     "events": {"create"},
     "workloads.scheduling.k8s.io": {"list", "watch"},
     "podgroups.scheduling.k8s.io": {"list", "watch"},
@@ -79,7 +81,9 @@ EXTENDER_DENIED = [
     ("get", "leases.coordination.k8s.io/gang-scheduler", ["-n", NAMESPACE]),
     ("update", "leases.coordination.k8s.io/other", ["-n", NAMESPACE]),
     ("create", "serviceaccounts", ["--subresource=token"]), ("get", "secrets", ["-n", NAMESPACE]),
-    ("create", "pods", ["--subresource=eviction"]), ("update", "pods", ["--subresource=ephemeralcontainers"]),
+    ("update", "pods", ["--subresource=ephemeralcontainers"]), ("get", "poddisruptionbudgets.policy", []),
+    ("create", "poddisruptionbudgets.policy", []), ("delete", "poddisruptionbudgets.policy", []),
+    ("patch", "poddisruptionbudgets.policy", ["--subresource=status"]),
     ("escalate", "clusterroles", []), ("impersonate", "serviceaccounts", []),
     ("create", "validatingadmissionpolicybindings.admissionregistration.k8s.io", []),
     ("delete", "validatingadmissionpolicies.admissionregistration.k8s.io", []),
@@ -281,5 +285,9 @@ def test_the_admission_policy_confines_the_extenders_pod_writes(installed: Contr
         # The policy binds the extender's identity only: an administrator's label patch still passes.
         cp.request("PATCH", path, {"metadata": {"labels": {"app": "relabelled"}}}, content_type=merge)
         assert cp.request("GET", path)["metadata"]["labels"] == {"app": "relabelled"}
+
+        # An Eviction (preemption) passes the policy: the bound pod is being deleted gracefully.
+        kube.evict("vap", "target", before["metadata"]["uid"])
+        assert cp.request("GET", path)["metadata"].get("deletionTimestamp")
     finally:
         kube.close()

@@ -397,7 +397,8 @@ def _assert_all_watches_synced(ext: Extender) -> None:
     assert ready["ready"] is True and ready["mode"] == "api", ready
     assert "discovery_error" not in ready, ready
     watches = ready["watches"]
-    assert set(watches) == {"nodes", "pods", "workloads.scheduling.k8s.io", "podgroups.scheduling.x-k8s.io"}, ready
+    assert set(watches) == {"nodes", "pods", "poddisruptionbudgets", "workloads.scheduling.k8s.io",
+                            "podgroups.scheduling.x-k8s.io"}, ready
     assert ready["groupApis"] == {"workloads.scheduling.k8s.io": "v1alpha1",
                                   "podgroups.scheduling.x-k8s.io": "v1alpha1"}, ready
     for name, state in watches.items():

@@ -45,7 +45,8 @@ def test_field_names() -> None:
                                       "release_intents_max_bytes",
                                       "client_timeout_seconds", "max_full_nodes_body_bytes",  # issue 11
                                       "request_buffer_bytes", "topology_levels",  # issue 12
-                                      "max_wait_seconds"]  # issue 13
+                                      "max_wait_seconds",  # issue 13
+                                      "max_evictions_per_minute"]
 
 
 @pytest.mark.parametrize(("args", "problem"), [
@@ -155,6 +156,9 @@ def test_config_error_lists_every_problem_at_once(tmp_path: Path) -> None:
         ({"gang_backoff_seconds": "nan"}, "gang-backoff-seconds must be >= 0, got nan"),
         ({"max_wait_seconds": "-1"}, "max-wait-seconds must be >= 0 and finite, got -1.0"),
         ({"cache_ttl_seconds": "-5"}, "cache-ttl-seconds must be > 0, got -5.0"),
+        ({"max_evictions_per_minute": "0"}, "max-evictions-per-minute must be > 0, got 0"),
+        ({"max_evictions_per_minute": "-3"}, "max-evictions-per-minute must be > 0, got -3"),
+        ({"max_evictions_per_minute": "1.5"}, "--max-evictions-per-minute: expected an integer, got '1.5'"),
         ({"threads": "0"}, "threads must be 1..10000, got 0"),
         ({"threads": "10001"}, "threads must be 1..10000, got 10001"),
         ({"bind_parallelism": "0"}, "bind-parallelism must be 1..256, got 0"),
@@ -183,6 +187,7 @@ def test_single_problems(args: dict[str, Any], problem: str) -> None:
         {"max_body_bytes": "1024"}, {"gang_backoff_seconds": "0"}, {"cache_size": "0"},
         {"log_level": "warning"}, {"gang_timeout_seconds": "0.001"}, {"client_timeout_seconds": "0.1"},
         {"max_full_nodes_body_bytes": str(16 * 2**20)}, {"request_buffer_bytes": str(4 * 2**20)},
+        {"max_evictions_per_minute": "1"},
     ],
 )
 def test_boundaries_accepted(args: dict[str, Any]) -> None:

@@ -37,5 +37,6 @@ def test_every_error_has_the_one_root_and_input_errors_are_value_errors() -> Non
     for cls in (errors.ProtocolError, errors.ConfigError, errors.SnapshotError, errors.RecordError,
                 errors.GroupError, errors.QuantityError):
         assert issubclass(cls, errors.BadInputError) and issubclass(cls, ValueError), cls
-    for cls in (errors.KubeError, errors.GoneError, errors.BindError, errors.IntentsFullError, errors.FencedError):
+    for cls in (errors.KubeError, errors.GoneError, errors.BindError, errors.IntentsFullError, errors.FencedError,
+                errors.EvictionError, errors.BudgetError):
         assert issubclass(cls, errors.EdgeError), cls
