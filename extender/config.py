@@ -61,6 +61,7 @@ class Settings:
     topology_levels: str = ""              # node label keys, widest first, for preferred topology fallback
     max_wait_seconds: float = 300.0        # the head gang's wait before capacity drains for it
     max_evictions_per_minute: int = 60     # preemption victims evicted at most this often (a token bucket)
+    preemption: str = "on"                 # gang-aware preemption by the head gang: on or off
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -85,6 +86,9 @@ _HELP = {
     "max_evictions_per_minute": "most preemption victims evicted (Eviction API) in any minute, a token bucket "
                                 "holding this many: a gang's victims are evicted all at once or not at all, so "
                                 "a gang needing more victims than this is never preempted for",
+    "preemption": "on: the first gang in the admission order, when it does not fit on free capacity, evicts "
+                  "lower-priority gangs (whole) and pods through the Eviction API, within PodDisruptionBudgets "
+                  "and --max-evictions-per-minute; off: gang-extender never evicts anything",
     "cache_size": "filter cache capacity in node verdicts summed over all signatures (an entry weighs one per "
                   "node it knows; ~150 bytes each); 0 disables the cache",
     "cache_ttl_seconds": "backstop lifetime of a filter cache entry",
@@ -254,6 +258,8 @@ def _value_problems(settings: Settings) -> list[str]:
         problems.append("scheduler-names must name at least one scheduler")
     if not 1 <= settings.watch_stale_seconds <= 3600:  # also rejects nan
         problems.append(f"watch-stale-seconds must be 1..3600, got {settings.watch_stale_seconds}")
+    if settings.preemption not in ("on", "off"):
+        problems.append(f"preemption must be on or off, got {settings.preemption!r}")
     if settings.group_status not in ("on", "off"):
         problems.append(f"group-status must be on or off, got {settings.group_status!r}")
     return problems

@@ -87,6 +87,13 @@ def _order_lines(place: Mapping[str, Any] | None) -> list[str]:
     if drain:
         lines.append(f"Draining:    room for {drain.get('free')} of {drain.get('members')} member(s) has freed up on "
                      f"{', '.join(drain.get('nodes') or [])} (for {_seconds(drain.get('sinceSeconds'))})")
+    preemption = place.get("preemption") or {}
+    if preemption.get("victims"):
+        lines.append(f"Preempting:  {preemption.get('remaining')} of {preemption.get('pods')} victim pod(s) still "
+                     f"running (for {_seconds(preemption.get('sinceSeconds'))}): "
+                     f"{', '.join(preemption['victims'])}")
+    elif preemption.get("note"):
+        lines.append(f"Preemption:  none: {preemption['note']}")
     if place.get("problem"):
         lines.append(f"Problem:     {place['problem']}")
     return lines

@@ -189,6 +189,10 @@ class ClusterMirror:
             pod = self._pods.get(uid)
             return self._placement(pod) if pod else ""
 
+    def running_pods(self) -> list[PodRecord]:
+        """Pods bound or assumed to a node and not terminal (preemption's candidates)."""
+        return [p for p in self._pods.values() if self._placement(p)]
+
     @property
     def pod_count(self) -> int:
         return len(self._pods)

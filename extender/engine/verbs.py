@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from extender.cluster.budgets import DisruptionBudgets
 from extender.cluster.cache import FIT, FilterCache, NodeVerdicts
 from extender.cluster.facts import PodFacts
 from extender.cluster.fit import placement_failure, shortfall
@@ -27,6 +26,7 @@ from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import Code, GangKey, Verdict
 from extender.engine import preemption
 from extender.engine.binding import BindingVerbs
+from extender.engine.evicting import Evictions
 from extender.engine.ports import Binder, Evictor
 from extender.engine.requests import (
     FilterArgs,
@@ -76,16 +76,20 @@ class Engine(BindingVerbs):
     """The three verbs: filter and prioritize here, bind from ``BindingVerbs``."""
 
     def __init__(self, mirror: ClusterMirror, cache: FilterCache, ledger: GangLedger, binder: Binder,
-                 *, evictor: Evictor | None = None, budgets: DisruptionBudgets | None = None,
-                 **binding: Any) -> None:
-        """``binding``: the settings of ``BindingVerbs``. ``evictor``: evicts preemption victims (None:
-        nothing is evicted); ``budgets``: the cluster's PodDisruptionBudgets, to choose victims whose
-        evictions they allow."""
+                 *, evictor: Evictor | None = None, **binding: Any) -> None:
+        """``binding``: the settings of ``BindingVerbs``. ``evictor``: evicts the preemption victims the
+        ledger chooses, after each sweep (None: nothing is evicted)."""
         super().__init__(mirror, ledger, binder, **binding)
         self.cache = cache
         self.evictor = evictor
-        self.budgets = budgets
+        self.evictions = None if evictor is None else Evictions(ledger, evictor, self.may_act)
         self.steered = 0  # filter requests answered with the nodes of the member's own reservation
+
+    def sweep(self, min_interval: float = 0.0) -> None:
+        """The ledger's sweep and releases (``BindingVerbs``), then the evictions it decided."""
+        super().sweep(min_interval)
+        if self.evictions is not None:
+            self.evictions.start()
 
     def filter(self, args: FilterArgs) -> FilterResult:
         """One consistent step under the mirror's lock: the gang's gate, then the per-node verdicts."""

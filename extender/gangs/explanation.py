@@ -124,6 +124,8 @@ def _state(facts: GangFacts, placed: int, holding: bool) -> str:
         return "WaitingForMembers"
     if facts.order and facts.order.get("draining"):
         return "Draining"
+    if facts.order and (facts.order.get("preemption") or {}).get("victims"):
+        return "Preempting"
     return "WaitingForCapacity"
 
 

@@ -150,10 +150,21 @@ class GangQueue(GangExpiry):
         for state in self._gangs.values():
             if state.drain and state is not head and state.admitted_at is None:
                 self._end_drain(state, "it is no longer first in the admission order")
-        if head is None or head.drain or head.waiting_since is None:
+        if head is None or head.waiting_since is None:
             return
-        if now - head.waiting_since >= order.max_wait(head.policy.order, self.max_wait_seconds):
+        if head.drain:
+            self._follow_drain(head, now)
+        elif self._try_preempt(head, now):
+            return
+        elif now - head.waiting_since >= order.max_wait(head.policy.order, self.max_wait_seconds):
             self._start_drain(head, now)
+
+    def _try_preempt(self, state: GangState, now: float) -> bool:
+        """Start a preemption for the head gang (the preemption layer's; here: never)."""
+        return False
+
+    def _follow_drain(self, state: GangState, now: float) -> None:
+        """A draining reservation ends when its gang is admitted or leaves the head: nothing to do here."""
 
     def _start_drain(self, state: GangState, now: float) -> None:
         gang = state.gang
@@ -227,9 +238,16 @@ class GangQueue(GangExpiry):
             }
             if state.order_problem:
                 view["problem"] = state.order_problem
-            if state.drain:
+            if state.drain == DRAINING:
                 view["draining"] = self._drain_progress(state)
+            preemption = self._preemption_view(state)
+            if preemption:
+                view["preemption"] = preemption
             return view
+
+    def _preemption_view(self, state: GangState) -> dict[str, Any] | None:
+        """A preemption in progress, or why none was made (the preemption layer's; here: none)."""
+        return None
 
     def _drain_progress(self, state: GangState) -> dict[str, Any]:
         """How much of a draining reservation has freed up: the members that fit in it now."""

@@ -55,5 +55,7 @@ class GangState:
     priority: int = 0  # its place in the order: the group's priority, else its members'
     order_problem: str = ""  # why its order settings were not taken as given ("" : they were)
     order_problem_told: str = ""  # the problem last told in an Event
-    drain: str = ""  # "draining": capacity on its drain nodes is reserved for it as it frees
+    drain: str = ""  # "draining" or "preempting": capacity on its plan's nodes is reserved for it as it frees
     drain_since: float | None = None
+    victims: frozenset[str] = frozenset()  # while preempting: the uids of the pods being evicted for it
+    preempt_note: str = ""  # why its last victim search found no victims ("": none tried, or it found some)

@@ -87,11 +87,13 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
                         hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds,
                         max_release_members=(settings.release_intents_max_bytes // INTENT_BYTES_PER_MEMBER
                                              if settings.leader_election == "on" else None),
-                        topology_levels=levels.static, levels_for=levels.levels_for)
+                        topology_levels=levels.static, levels_for=levels.levels_for,
+                        preemption=evictor is not None and settings.preemption == "on", budgets=budgets.allowed,
+                        eviction_room=evictor.allows if evictor is not None else None)
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
                     release_log=release_log, scheduler_names=config.scheduler_names(settings),
                     answer_margin=settings.bind_answer_margin_seconds, may_act=may_act,
-                    evictor=evictor, budgets=budgets)
+                    evictor=evictor)
     return Runtime(settings, mirror, cache, ledger, engine, events, waker, mode, status, journal=journal,
                    budgets=budgets, evictor=evictor)
 

@@ -204,7 +204,8 @@ def test_the_setting_defaults_to_60_and_reaches_the_evictor(tmp_path: Path) -> N
     runtime = compose(settings, "api", FakeBinder, lambda *a: None, lambda *a: None, evictions=FakeEvictionApi())
     try:
         assert runtime.evictor is not None and runtime.evictor.bound.capacity == 7
-        assert runtime.engine.evictor is runtime.evictor and runtime.engine.budgets is runtime.budgets
+        assert runtime.engine.evictor is runtime.evictor and runtime.engine.evictions is not None
+        assert runtime.ledger.preemption
     finally:
         runtime.close()
 

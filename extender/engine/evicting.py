@@ -1,0 +1,53 @@
+"""Running the evictions the ledger decides for a preempting gang (no HTTP, no kubernetes client).
+
+Owns: taking the ledger's eviction orders after a sweep, running each on a thread of its own outside
+the mirror's lock, one victim unit after another (a unit whose eviction fails stops the order, so no
+further unit is disturbed for a preemption that will not happen), and telling the ledger what failed.
+Must not: choose victims (``gangs.victims``), check disruption budgets or the eviction bound (the
+ledger and the ``Evictor`` do), or evict on a replica that does not lead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from extender.cluster.model import PodRecord
+from extender.engine.ports import Evictor
+from extender.gangs.ledger import GangLedger
+from extender.gangs.preempting import EvictionOrder
+
+log = logging.getLogger(__name__)
+
+DONE = frozenset({"evicted", "gone"})
+"""Outcomes that leave the pod on its way out (or already gone)."""
+
+
+class Evictions:
+    """Start the ledger's eviction orders in the background."""
+
+    def __init__(self, ledger: GangLedger, evictor: Evictor, may_act: Callable[[], bool]) -> None:
+        self.ledger = ledger
+        self.evictor = evictor
+        self.may_act = may_act
+
+    def start(self) -> None:
+        for order in self.ledger.take_evictions():
+            threading.Thread(target=self.run, args=(order,), name="gang-evict", daemon=True).start()
+
+    def run(self, order: EvictionOrder) -> None:
+        """Evict ``order``'s units in turn; report the pods that were not evicted."""
+        failed: list[tuple[PodRecord, str]] = []
+        for unit in order.units:
+            if not self.may_act():
+                failed += [(pod, "this replica no longer leads") for pod in unit.pods]
+                break
+            outcomes = self.evictor.evict(unit.pods, f"gang {order.gang}", order.reason)
+            failed += [(o.pod, f"{o.outcome}: {o.message}" if o.message else o.outcome)
+                       for o in outcomes if o.outcome not in DONE]
+            if failed:
+                break
+        if failed:
+            log.warning("preemption for gang %s: %d eviction(s) failed", order.gang, len(failed))
+        self.ledger.evictions_done(order.gang, failed)

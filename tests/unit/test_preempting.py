@@ -1,0 +1,226 @@
+"""Gang-aware preemption for the head gang: whole victim gangs, budgets, Never, the eviction bound, failures
+(the ledger's decisions only: evictions are taken from it as orders, as the engine does)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.model import PASS, GangKey, GangPolicy, GroupKind, PodRecord
+from extender.engine.evicting import Evictions
+from extender.gangs.ledger import GangLedger
+from extender.gangs.preempting import FAILED_BACKOFF_SECONDS, PREEMPTING
+from tests.builders import EventLog, FakeClock, node, pod
+from tests.evictor_fake import FakeEvictor
+
+NODES = ["n1", "n2", "n3", "n4"]
+
+
+def podgroup(name: str, min_count: int, **spec: Any) -> dict[str, Any]:
+    """A 1.37 scheduling.k8s.io/v1beta1 PodGroup."""
+    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-pg-{name}"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}, **spec}}
+
+
+class World:
+    """Four 4-cpu nodes; a ledger with preemption on, budgets and the eviction bound settable."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.events = EventLog()
+        self.mirror = ClusterMirror()
+        self.forbidden: set[str] = set()  # pod names a disruption budget protects
+        self.room = True
+        self.ledger = GangLedger(self.mirror, timeout_seconds=30.0, backoff_seconds=10.0, clock=self.clock,
+                                 on_event=self.events, max_wait_seconds=3600, preemption=True,
+                                 budgets=self.budgets, eviction_room=lambda _n: self.room)
+        for name in NODES:
+            self.mirror.upsert_node(node(name))
+
+    def budgets(self, pods: Sequence[PodRecord]) -> tuple[bool, str]:
+        hit = [p.name for p in pods if p.name in self.forbidden]
+        return (False, f"PodDisruptionBudget default/guard allows no disruption of {hit[0]}") if hit else (True, "")
+
+    def gang(self, name: str, size: int, cpu: str, *, priority: int = 0, on: Sequence[str] = (),
+             never: bool = False, **spec: Any) -> tuple[GangKey, GangPolicy, list[PodRecord]]:
+        self.mirror.upsert_group(GroupKind.PODGROUP, podgroup(name, size, **spec))
+        members = []
+        for i in range(size):
+            raw = pod(f"{name}-{i}", cpu=cpu, memory="1Mi", node=on[i] if on else None)
+            raw["spec"]["schedulingGroup"] = {"podGroupName": name}
+            raw["spec"]["priority"] = priority
+            if never:
+                raw["spec"]["preemptionPolicy"] = "Never"
+            members.append(self.mirror.upsert_pod(raw))
+        gang = members[0].gang
+        assert gang is not None
+        exists, policy = self.mirror.gang_policy(gang)
+        assert exists and policy is not None
+        return gang, policy, members
+
+    def plain(self, name: str, cpu: str, at: str, priority: int = 0) -> PodRecord:
+        raw = pod(name, cpu=cpu, memory="1Mi", node=at)
+        raw["spec"]["priority"] = priority
+        return self.mirror.upsert_pod(raw)
+
+    def tick(self, seconds: float = 1.0) -> None:
+        self.clock.advance(seconds)
+        self.ledger.sweep()
+
+    def victims(self) -> list[list[str]]:
+        """The units the ledger ordered evicted since the last call, as pod names."""
+        return [[p.name for p in unit.pods] for order in self.ledger.take_evictions() for unit in order.units]
+
+
+def test_a_high_priority_gang_evicts_a_lower_priority_gang_whole_and_takes_its_place() -> None:
+    w = World()
+    _low, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
+    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    w.tick()
+    units = w.victims()
+    assert units == [sorted(p.name for p in low_pods)]  # all four, though two nodes would do: never part of a gang
+    state = w.ledger.state(high)
+    assert state is not None and state.drain == PREEMPTING and len(w.mirror.reserved_slots(high)) == 2
+    assert w.events.of("GangPreempting")
+    view = w.ledger.order_view(high)
+    assert view is not None and view["preemption"]["victims"] == ["gang default/low"]
+    assert view["preemption"]["remaining"] == 4
+    w.tick(10)
+    assert w.victims() == []  # no second preemption while the victims terminate
+    for p in low_pods:
+        w.mirror.delete_pod(p.uid)
+    assert w.ledger.admission(high, high_policy) == PASS
+    assert w.ledger.counters["preemptions_completed"] == 1 and w.ledger.state(high).drain == ""  # type: ignore[union-attr]
+
+
+def test_fewest_and_lowest_priority_victims_first_and_never_equal_or_higher() -> None:
+    w = World()
+    w.plain("mid-a", "3", "n1", priority=50)
+    w.plain("low-b", "3", "n2", priority=10)
+    w.plain("same-c", "3", "n3", priority=100)
+    w.plain("low-d", "3", "n4", priority=5)
+    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    w.tick()
+    assert sorted(name for unit in w.victims() for name in unit) == ["low-b", "low-d"]
+
+
+def test_a_gang_whose_group_says_single_loses_only_the_pods_needed() -> None:
+    w = World()
+    w.gang("low", 4, "3", priority=1, on=NODES, disruptionMode={"single": {}})
+    high, high_policy, _ = w.gang("high", 1, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    w.tick()
+    units = w.victims()
+    assert len(units) == 1 and len(units[0]) == 1
+
+
+def test_a_budget_that_forbids_a_gang_makes_it_choose_other_victims_or_wait() -> None:
+    w = World()
+    _, _, low_pods = w.gang("low", 2, "3", priority=1, on=["n1", "n2"])
+    w.plain("other", "3", "n3", priority=20)
+    w.plain("other-2", "3", "n4", priority=20)
+    w.forbidden = {low_pods[0].name}
+    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    w.tick()
+    # not the cheaper but protected gang
+    assert sorted(name for unit in w.victims() for name in unit) == ["other", "other-2"]
+    w2 = World()
+    _, _, low2 = w2.gang("low", 4, "3", priority=1, on=NODES)
+    w2.forbidden = {low2[0].name}
+    high2, policy2, _ = w2.gang("high", 2, "3", priority=100)
+    assert w2.ledger.admission(high2, policy2) != PASS
+    w2.tick()
+    assert w2.victims() == [] and w2.ledger.state(high2).drain == ""  # type: ignore[union-attr]
+
+
+def test_never_equal_priority_and_a_problem_preempt_nothing() -> None:
+    for kwargs in ({"never": True}, {"preemptionPolicy": "Never"}, {"priority": 1},
+                   {"priorityClassName": "missing"}):
+        w = World()
+        w.gang("low", 4, "3", priority=1, on=NODES)
+        options: dict[str, Any] = {"priority": 100, **kwargs}
+        high, high_policy, _ = w.gang("high", 2, "3", **options)
+        assert w.ledger.admission(high, high_policy) != PASS
+        w.tick()
+        assert w.victims() == [], kwargs
+        assert not w.mirror.reserved_slots(high), kwargs
+
+
+def test_no_preemption_when_free_capacity_suffices_or_the_eviction_bound_is_spent() -> None:
+    w = World()
+    w.gang("low", 2, "3", priority=1, on=["n1", "n2"])
+    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) == PASS  # n3 and n4 are free
+    assert w.victims() == []
+    w2 = World()
+    w2.gang("low", 4, "3", priority=1, on=NODES)
+    w2.room = False
+    high2, policy2, _ = w2.gang("high", 2, "3", priority=100)
+    assert w2.ledger.admission(high2, policy2) != PASS
+    w2.tick()
+    assert w2.victims() == []
+    view = w2.ledger.order_view(high2)
+    assert view is not None and "max-evictions-per-minute" in view["preemption"]["note"]
+
+
+def test_failed_evictions_drop_the_place_and_back_off() -> None:
+    w = World()
+    _, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
+    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    w.tick()
+    assert w.victims()
+    w.ledger.evictions_done(high, [(low_pods[0], "refused-budget: Cannot evict pod")])
+    assert not w.mirror.reserved_slots(high) and w.events.of("GangPreemptionFailed")
+    w.tick(FAILED_BACKOFF_SECONDS - 2)
+    assert w.victims() == []
+    w.tick(3)
+    assert w.victims()  # tried again after the back-off
+
+
+# --------------------------------------------------------------- the engine's side (Evictions)
+def test_evictions_run_unit_by_unit_and_stop_at_the_first_failure() -> None:
+    w = World()
+    w.plain("low-a", "3", "n1", priority=1)
+    w.plain("low-b", "3", "n2", priority=2)
+    w.plain("keep-c", "3", "n3", priority=200)
+    w.plain("keep-d", "3", "n4", priority=200)
+    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    w.tick()
+    (order,) = w.ledger.take_evictions()
+    evictor = FakeEvictor()
+    evictor.set_outcome(("default", order.units[0].pods[0].name), "refused-budget", "Cannot evict pod")
+    Evictions(w.ledger, evictor, may_act=lambda: True).run(order)
+    assert len(evictor.calls) == 1  # the second unit is never disturbed for a preemption that will not happen
+    assert not w.mirror.reserved_slots(high) and w.events.of("GangPreemptionFailed")
+
+
+def test_evictions_on_a_replica_that_does_not_lead_evict_nothing() -> None:
+    w = World()
+    w.gang("low", 4, "3", priority=1, on=NODES)
+    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    w.tick()
+    (order,) = w.ledger.take_evictions()
+    evictor = FakeEvictor()
+    Evictions(w.ledger, evictor, may_act=lambda: False).run(order)
+    assert evictor.calls == [] and not w.mirror.reserved_slots(high)
+
+
+def test_evictions_that_succeed_keep_the_place_until_the_gang_takes_it() -> None:
+    w = World()
+    _, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
+    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    w.tick()
+    (order,) = w.ledger.take_evictions()
+    evictor = FakeEvictor()
+    Evictions(w.ledger, evictor, may_act=lambda: True).run(order)
+    assert sorted(p.name for p in evictor.evicted) == sorted(p.name for p in low_pods)
+    assert len(w.mirror.reserved_slots(high)) == 2 and "gang default/high" in evictor.calls[0].preemptor
