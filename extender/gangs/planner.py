@@ -58,7 +58,8 @@ def size_key(requests: Mapping[str, int]) -> tuple[int, int, tuple[tuple[str, in
     return (requests.get("cpu", 0), requests.get("memory", 0), tuple(sorted(requests.items())))
 
 
-def _copies(requests: Mapping[str, int], free: Mapping[str, int]) -> int:
+def copies(requests: Mapping[str, int], free: Mapping[str, int]) -> int:
+    """How many members asking for ``requests`` fit in ``free`` at once."""
     count = 1 << 30
     for name, amount in requests.items():
         if amount > 0:
@@ -94,11 +95,11 @@ def plan(members: Sequence[PodRecord], nodes: Iterable[NodeRecord],
             if not remaining:
                 break
             if cpu > 0 and free.cpu(node.name) < cpu:
-                continue  # what _copies would find, without building the node's free capacity
+                continue  # what copies would find, without building the node's free capacity
             if placement_failure(shape.placement, node) is not None:
                 continue
             node_free = free.of(node)
-            count = min(_copies(shape.requests, node_free), len(remaining))
+            count = min(copies(shape.requests, node_free), len(remaining))
             for _ in range(count):
                 remaining.pop()
                 slots.append((node.name, shape.requests))

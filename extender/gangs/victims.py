@@ -6,18 +6,19 @@ them frees per node. A unit is all or nothing: its pods' requests are freed toge
 Must not: do I/O, read PodDisruptionBudgets or preemption policies (the caller marks a unit
 ``evictable`` or not and says ``why_not``), evict anything, or mutate its inputs.
 
-How (each step judged by ``topology.place_gang`` over ``free_of`` plus what the units free):
+How (each step judged by ``topology.place_gang`` over ``free_of`` plus what the units free; a set
+failing a cheap necessary test, each shape of the chosen members fitting on its own, is not planned):
 
 1. candidates: units of lower priority, evictable, with a bound pod on a node one of the chosen
    members could use (taints, nodeSelector, affinity: the planner's predicates), ordered by priority,
-   then fewer pods, then key;
-2. the shortest prefix of that order whose eviction lets the plan complete: galloping, then
-   bisecting (O(log units) plans; the first prefix that completes when completion grows with the
-   capacity freed, as it does for whole domains of fitting members);
+   then fewer pods, then key; if evicting them all does not complete the plan, why not is returned;
+2. a short prefix of that order whose eviction completes the plan: galloping, then bisecting
+   (O(log units) plans; the shortest one only if more capacity never undoes a complete plan, which
+   first fit does not promise);
 3. units with no pod on a node of that plan are left out when the plan still completes without them;
 4. a removal pass: each unit, highest priority first, then larger first, is left out if the plan
-   still completes; a unit kept before a later one was left out is tried again, so when it ends no
-   single victim could be spared.
+   still completes; one kept before a later one was left out is tried again, so at the end no single
+   victim can be spared.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from extender.cluster.fit import placement_failure
-from extender.cluster.model import NodeRecord, PodRecord, TopologyConstraint
+from extender.cluster.model import NodeRecord, Placement, PodRecord, TopologyConstraint
 from extender.cluster.quantity import CPU, Resources, add_into
 from extender.cluster.records import pod_placement
 from extender.gangs import topology
+from extender.gangs.planner import copies
 from extender.gangs.topology import TopologyPlan
 
 NO_VICTIMS = "no lower-priority victims"
@@ -76,9 +78,8 @@ class _Trial:
         self.constraint, self.levels, self.bound_nodes = constraint, levels, bound_nodes
         self._free_of = free_of
         self._base: dict[str, Resources] = {}
-        self.plans = 0  # place_gang calls made (the benchmark reports it)
 
-    def _room(self, node: NodeRecord) -> Resources:
+    def room(self, node: NodeRecord) -> Resources:
         found = self._base.get(node.name)
         if found is None:
             found = self._base[node.name] = dict(self._free_of(node))
@@ -88,7 +89,7 @@ class _Trial:
         freed = frees(units)
 
         def free_of(node: NodeRecord) -> Resources:
-            room = dict(self._room(node))
+            room = dict(self.room(node))
             extra = freed.get(node.name)
             if extra:
                 add_into(room, extra)
@@ -96,14 +97,59 @@ class _Trial:
 
         def free_cpu(node: NodeRecord) -> int:
             extra = freed.get(node.name)
-            return self._room(node).get(CPU, 0) + (extra.get(CPU, 0) if extra else 0)
+            return self.room(node).get(CPU, 0) + (extra.get(CPU, 0) if extra else 0)
 
-        self.plans += 1
         return topology.place_gang(self.chosen, self.pending, self.nodes, free_of, free_cpu, self.constraint,
                                    self.levels, self.bound_nodes), freed
 
     def completes(self, units: Sequence[VictimUnit]) -> bool:
         return self.place(units)[0].plan.complete
+
+
+class _Bound:
+    """A cheap necessary condition for a complete plan: each shape of the chosen members (the same
+    requests and placement) fits on its own, its copies summed over the nodes its placement allows
+    (the plan puts each member on such a node, within the node's capacity). A set of units failing it
+    is never planned."""
+
+    def __init__(self, trial: _Trial) -> None:
+        shapes: dict[tuple[object, ...], tuple[Resources, Placement, list[int]]] = {}
+        for pod in trial.chosen:
+            placement = pod_placement(pod)
+            shapes.setdefault((tuple(sorted(pod.requests.items())), placement),
+                              (pod.requests, placement, [0]))[2][0] += 1
+        self._shapes = [(requests, {n.name: n for n in trial.nodes if placement_failure(placement, n) is None},
+                         count[0]) for requests, placement, count in shapes.values()]
+        self._room = trial.room
+        self._freed: dict[str, Resources] = {}
+        self._totals: list[int] = []
+
+    def _free(self, node: NodeRecord, less: Resources | None = None) -> Resources:
+        room = dict(self._room(node))
+        add_into(room, self._freed.get(node.name, {}))
+        if less:
+            add_into(room, less, -1)
+        return room
+
+    def admits(self, units: Sequence[VictimUnit]) -> bool:
+        """Whether the plan might complete with ``units`` evicted; they become the set ``spares`` asks of."""
+        self._freed = frees(units)
+        self._totals = [sum(copies(requests, self._free(node)) for node in allowed.values())
+                        for requests, allowed, _ in self._shapes]
+        return all(total >= count for total, (_, _, count) in zip(self._totals, self._shapes, strict=True))
+
+    def spares(self, unit: VictimUnit) -> bool:
+        """Whether the plan might complete with the last set ``admits`` was asked of, less ``unit``."""
+        lost = frees([unit])
+        for before, (requests, allowed, count) in zip(self._totals, self._shapes, strict=True):
+            after = before
+            for name, amount in lost.items():
+                node = allowed.get(name)
+                if node is not None:
+                    after += copies(requests, self._free(node, amount)) - copies(requests, self._free(node))
+            if after < count:
+                return False
+        return True
 
 
 def choose_victims(chosen: Sequence[PodRecord], pending: Sequence[PodRecord], nodes: Iterable[NodeRecord],
@@ -124,9 +170,10 @@ def choose_victims(chosen: Sequence[PodRecord], pending: Sequence[PodRecord], no
         pods = sum(len(unit.pods) for unit in candidates)
         return (f"even evicting every eligible unit ({len(candidates)} units, {pods} pods) leaves "
                 f"{len(everything.plan.slots)}/{len(chosen)} members placed: {everything.plan.blocking}")
-    victims = _shortest_prefix(trial, candidates)
+    bound = _Bound(trial)
+    victims = _shortest_prefix(trial, bound, candidates)
     victims = _on_plan_nodes(trial, victims)
-    victims = _removal_pass(trial, victims)
+    victims = _removal_pass(trial, bound, victims)
     placement, freed = trial.place(victims)
     return Preemption(tuple(victims), placement, freed)
 
@@ -153,15 +200,18 @@ def _candidates(chosen: Sequence[PodRecord], nodes: Sequence[NodeRecord], units:
     return [], f"{NO_VICTIMS}: {'; '.join(parts)}" if parts else f"{NO_VICTIMS}: no running units"
 
 
-def _shortest_prefix(trial: _Trial, candidates: list[VictimUnit]) -> list[VictimUnit]:
+def _shortest_prefix(trial: _Trial, bound: _Bound, candidates: list[VictimUnit]) -> list[VictimUnit]:
     """The shortest prefix found to complete the plan (the whole list is known to)."""
+    def completes(size: int) -> bool:
+        return bound.admits(candidates[:size]) and trial.completes(candidates[:size])
+
     short, size = 0, 1  # the prefix of ``short`` units does not complete (none do not: checked first)
-    while size < len(candidates) and not trial.completes(candidates[:size]):
+    while size < len(candidates) and not completes(size):
         short, size = size, size * 2
     long = min(size, len(candidates))  # completes (checked, or the whole list)
     while long - short > 1:
         middle = (short + long) // 2
-        if trial.completes(candidates[:middle]):
+        if completes(middle):
             long = middle
         else:
             short = middle
@@ -177,20 +227,22 @@ def _on_plan_nodes(trial: _Trial, victims: list[VictimUnit]) -> list[VictimUnit]
     return victims
 
 
-def _removal_pass(trial: _Trial, victims: list[VictimUnit]) -> list[VictimUnit]:
+def _removal_pass(trial: _Trial, bound: _Bound, victims: list[VictimUnit]) -> list[VictimUnit]:
     """Leave out every unit the plan can do without, dearest first. A round tries each unit in turn;
     after a round that left one out, the units tried before its last such step are tried again (the
     plan's outcome need not grow with capacity: first fit is a heuristic), so every unit kept was
     last tried against the final set. Usually two rounds; at most one per unit left out."""
     kept = sorted(victims, key=lambda u: (-u.priority, -len(u.pods), u.key))
+    bound.admits(kept)
     to_try = list(kept)
     while to_try:
         settled: set[int] = set()  # units tried in this round since its last removal
         removed = False
         for unit in to_try:
             without = [u for u in kept if u is not unit]
-            if trial.completes(without):
+            if bound.spares(unit) and trial.completes(without):
                 kept, settled, removed = without, set(), True
+                bound.admits(kept)
             else:
                 settled.add(id(unit))
         to_try = [u for u in kept if id(u) not in settled] if removed else []

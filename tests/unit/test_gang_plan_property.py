@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from extender.cluster.fit import placement_failure
 from extender.cluster.model import NodeRecord, PodRecord, Taint
 from extender.cluster.quantity import PODS, Resources, add_into, describe
-from extender.gangs.planner import Plan, _copies, _Shape, _shapes, plan
+from extender.gangs.planner import Plan, _Shape, _shapes, copies, plan
 
 GI = 2**30
 GPU = "nvidia.com/gpu"
@@ -41,7 +41,7 @@ def reference_plan(members: Sequence[PodRecord], nodes: Iterable[NodeRecord],
                 break
             if placement_failure(shape.placement, node) is not None:
                 continue
-            count = min(_copies(shape.requests, free[node.name]), len(remaining))
+            count = min(copies(shape.requests, free[node.name]), len(remaining))
             for _ in range(count):
                 remaining.pop()
                 slots.append((node.name, shape.requests))

@@ -174,3 +174,24 @@ def test_inputs_are_not_mutated() -> None:
     before = copy.deepcopy((units, preemptor, NODES, others))
     assert victims(choose(preemptor, units, others)) == ["pod work/big", "pod work/x"]
     assert (units, preemptor, NODES, others) == before
+
+
+def test_a_victim_kept_before_a_later_one_was_left_out_is_tried_again() -> None:
+    """First fit's outcome need not grow with capacity. Members need (2 cpu, 1Gi) and (1 cpu, 4Gi); n0
+    has (1 cpu, 4Gi) free. Freeing p4's 1 cpu on n0 as well lets the first member take n0, where the
+    second one needed to go: with p4, p0 and p1 the plan fails, without p4 it completes. The removal
+    pass keeps p2 (tried first: without it, with p4, the plan fails), then leaves out p3 and p4; p2 is
+    tried again against what is left, and can be spared."""
+    gi = 2**30
+    nodes = [NodeRecord("n0", {"cpu": 4 * CPU, "memory": 6 * gi, "pods": 110}, {}),
+             NodeRecord("n1", {"cpu": 6 * CPU, "memory": 4 * gi, "pods": 110}, {})]
+
+    def unit(name: str, priority: int, on: str, cpu: int, memory: int) -> VictimUnit:
+        requests = {k: v for k, v in {"cpu": cpu * CPU, "memory": memory * gi}.items() if v} | {"pods": 1}
+        return VictimUnit(f"pod work/{name}", priority, (PodRecord(name, "work", name, on, requests, None),))
+
+    units = [unit("p0", 2, "n1", 3, 2), unit("p1", 2, "n1", 2, 3), unit("p2", 3, "n1", 1, 3),
+             unit("p3", 1, "n1", 0, 0), unit("p4", 0, "n0", 1, 1), unit("p5", 3, "n0", 2, 1)]
+    preemptor = [PodRecord("m0", "ml", "m0", "", {"cpu": 2 * CPU, "memory": gi, "pods": 1}, None),
+                 PodRecord("m1", "ml", "m1", "", {"cpu": 1 * CPU, "memory": 4 * gi, "pods": 1}, None)]
+    assert victims(choose(preemptor, units, nodes=nodes)) == ["pod work/p0", "pod work/p1"]
