@@ -5,7 +5,8 @@ Runs etcd, kube-apiserver, kube-controller-manager and (on request) kube-schedul
 binaries (see ``hack/build-k8s.sh``), each in its own process group, with every file (certificates,
 kubeconfigs, etcd data, logs) under one temporary directory. There are no kubelets: nodes are plain
 Node objects made by :meth:`ControlPlane.add_nodes`, and bound pods simply stay Pending with a
-``spec.nodeName``.
+``spec.nodeName``. (``hack/kwok_harness.py`` adds nodes that kwok manages, on which pods do run and
+graceful deletions complete; it runs kwok through :meth:`ControlPlane.start_component`.)
 
 Library use::
 
