@@ -5,7 +5,8 @@ Runs etcd, kube-apiserver, kube-controller-manager and (on request) kube-schedul
 binaries (see ``hack/build-k8s.sh``), each in its own process group, with every file (certificates,
 kubeconfigs, etcd data, logs) under one temporary directory. There are no kubelets: nodes are plain
 Node objects made by :meth:`ControlPlane.add_nodes`, and bound pods simply stay Pending with a
-``spec.nodeName``.
+``spec.nodeName``. (``hack/kwok_harness.py`` adds nodes that kwok manages, on which pods do run and
+graceful deletions complete; it runs kwok through :meth:`ControlPlane.start_component`.)
 
 Library use::
 
@@ -138,9 +139,24 @@ def find_bin_dir(env: Mapping[str, str] | None = None) -> Path:
     ``go`` is not installed, :class:`ControlPlaneError` (with the script's last stderr lines) on any
     other failure.
     """
+    bin_dir = run_build_script(
+        BUILD_SCRIPT, env, missing="Kubernetes binaries are not built and `go` is not installed (install Go or "
+        "point KUBEBUILDER_ASSETS at a directory with " + ", ".join(BINARIES) + ")")
+    check_bin_dir(bin_dir)
+    return bin_dir
+
+
+def run_build_script(script: Path, env: Mapping[str, str] | None = None, *, missing: str) -> Path:
+    """Run a ``hack/build-*.sh`` script and return the directory it prints on its last stdout line.
+
+    The scripts' contract: build only what is missing, progress on stderr (copied to ours as it comes),
+    exit :data:`BUILD_EXIT_NO_GO` when the output is missing and ``go`` is not installed (raised as
+    :class:`BinariesUnavailableError` saying ``missing``), any other non-zero exit is a
+    :class:`ControlPlaneError` with the script's last stderr lines.
+    """
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(
-            ["bash", str(BUILD_SCRIPT)],
+            ["bash", str(script)],
             stdout=out,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
@@ -157,16 +173,11 @@ def find_bin_dir(env: Mapping[str, str] | None = None) -> Path:
         out.seek(0)
         lines = [line.strip() for line in out.read().splitlines() if line.strip()]
     if proc.returncode == BUILD_EXIT_NO_GO:
-        raise BinariesUnavailableError(
-            f"{BUILD_SCRIPT} exited {proc.returncode}: Kubernetes binaries are not built and `go` is "
-            "not installed (install Go or point KUBEBUILDER_ASSETS at a directory with " + ", ".join(BINARIES) + ")"
-        )
+        raise BinariesUnavailableError(f"{script} exited {proc.returncode}: {missing}")
     if proc.returncode != 0 or not lines:
         detail = "\n".join(errors) or "<no stderr>"
-        raise ControlPlaneError(f"{BUILD_SCRIPT} failed with exit code {proc.returncode}:\n{detail}")
-    bin_dir = Path(lines[-1])
-    check_bin_dir(bin_dir)
-    return bin_dir
+        raise ControlPlaneError(f"{script} failed with exit code {proc.returncode}:\n{detail}")
+    return Path(lines[-1])
 
 
 def check_bin_dir(bin_dir: Path) -> None:
@@ -708,7 +719,7 @@ class ControlPlane:
 
     # ---- components ------------------------------------------------------------------------------
 
-    def _spawn(self, name: str, argv: list[str]) -> Component:
+    def _spawn(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> Component:
         log_path = self.workdir / f"{name}.log"
         with log_path.open("ab") as logf:
             logf.write(f"\n==== {time.strftime('%H:%M:%S')} starting: {' '.join(argv)}\n".encode())
@@ -719,6 +730,7 @@ class ControlPlane:
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
+                env=None if env is None else {**os.environ, **env},
                 start_new_session=True,  # own session => own process group, immune to the terminal's ^C
             )
         if self._watchdog is not None:
@@ -974,6 +986,26 @@ class ControlPlane:
     def kill_scheduler(self, name: str = "kube-scheduler") -> None:
         """SIGKILL kube-scheduler (or the scheduler started as ``name``), as a crash would, and reap it."""
         self._terminate(name, grace=0.0, sig=signal.SIGKILL)
+
+    def start_component(self, name: str, argv: Sequence[str], ready: Callable[[], bool] | None = None, *,
+                        env: Mapping[str, str] | None = None, timeout: float | None = None) -> Path:
+        """Run a further process beside the control plane (e.g. kwok, see ``hack/kwok_harness.py``).
+
+        It gets what the control plane's own components get: its own process group, the work
+        directory as cwd, its output in ``<workdir>/<name>.log`` (returned), the watchdog's SIGKILL if
+        the owner dies, and a stop before the API server's in :meth:`stop`. ``env`` is merged over
+        ``os.environ``. When ``ready`` is given it is polled until true (the process exiting or
+        ``timeout``, default ``start_timeout``, stops it and raises :class:`ControlPlaneError`).
+        """
+        self._claim(name)
+        comp = self._spawn(name, list(argv), env)
+        if ready is not None:
+            self._wait_ready(comp, ready, timeout)
+        return comp.log_path
+
+    def stop_component(self, name: str, *, grace: float = 10.0) -> None:
+        """Stop a process started with :meth:`start_component` if it runs (SIGTERM, SIGKILL after ``grace``)."""
+        self._terminate(name, grace=grace)
 
     def is_running(self, component: str) -> bool:
         comp = self._components.get(component)

@@ -21,6 +21,7 @@ if str(HACK_DIR) not in sys.path:
     sys.path.insert(0, str(HACK_DIR))
 
 import controlplane  # noqa: E402
+import kwok_harness  # noqa: E402
 
 
 def _log(line: str) -> None:
@@ -44,6 +45,27 @@ def control_plane(k8s_bin_dir: Path) -> Iterator[controlplane.ControlPlane]:
     keep = os.environ.get("GANG_E2E_KEEP", "") not in ("", "0")
     with controlplane.ControlPlane(k8s_bin_dir, log=_log, keep=keep) as plane:
         yield plane
+
+
+# ------------------------------------------------------------------- kwok: a stand-in for kubelets
+@pytest.fixture(scope="session")
+def kwok_bin_dir() -> Path:
+    """The directory with the pinned ``kwok`` binary (``hack/build-kwok.sh`` builds it if needed)."""
+    try:
+        return kwok_harness.find_kwok_bin_dir()
+    except controlplane.BinariesUnavailableError as exc:
+        reason = f"KWOK TESTS NOT RUN: kwok v{kwok_harness.KWOK_VERSION} unavailable: {exc}"
+        print(f"\n{'!' * 100}\n{reason}\n{'!' * 100}", file=sys.__stderr__, flush=True)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def kwok(control_plane: controlplane.ControlPlane, kwok_bin_dir: Path) -> Iterator[kwok_harness.Kwok]:
+    """kwok running against the module's control plane, managing only the nodes labelled
+    ``gang-extender.io/kwok=true``: make them with ``kwok.add_nodes(n, prefix=..., cpu=..., labels=...)``.
+    Pods bound to them turn Running, and their graceful deletions and evictions complete."""
+    with kwok_harness.Kwok(control_plane, kwok_bin_dir) as running:
+        yield running
 
 
 # ------------------------------------------------------------------- other releases and gate sets

@@ -129,11 +129,18 @@ def workload(namespace: str, name: str, groups: Mapping[str, int | None], annota
 
 
 def pod_spec(*, cpu: str, selector: Mapping[str, str], workload_ref: Mapping[str, str] | None = None,
-             anti_affinity_label: str | None = None) -> dict[str, Any]:
+             anti_affinity_label: str | None = None, grace_seconds: int = 0) -> dict[str, Any]:
+    """A pause pod requesting ``cpu`` and 256Mi on a node matching ``selector``.
+
+    ``grace_seconds`` is its terminationGracePeriodSeconds. The default 0 makes the API server remove a
+    bound pod at once on delete (nothing else would: the control plane has no kubelets); on kwok nodes
+    (``hack/kwok_harness.py``) give it a nonzero value, so a delete or an eviction goes through
+    Terminating and kwok completes it, as a kubelet would.
+    """
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "nodeSelector": dict(selector),
-        "terminationGracePeriodSeconds": 0,
+        "terminationGracePeriodSeconds": grace_seconds,
         "containers": [{"name": "main", "image": PAUSE,
                         "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}],
     }
