@@ -119,6 +119,8 @@ class GangPreemption(GangQueue):
                                         constraint, self.levels_for(constraint),
                                         self.placed_nodes(placed), units, state.priority)
         if isinstance(choice, str) or not choice.victims:
+            if isinstance(choice, str) and choice != state.preempt_note:
+                log.info("gang %s: no preemption: %s", gang, choice)
             state.preempt_note = choice if isinstance(choice, str) else ""
             return False
         pods = [p for unit in choice.victims for p in unit.pods]

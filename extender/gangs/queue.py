@@ -35,6 +35,9 @@ ORDER_INTERVAL = 0.25
 changes). Sweeps never admit a gang: admission happens on a member's filter, so that what a filter
 answers depends on the requests before it, not on a timer (a replay gives the recorded replies)."""
 
+DISCOVER_INTERVAL = 1.0
+"""Seconds between two walks over the mirror's gangs for complete gangs no filter request showed yet."""
+
 MAX_AHEAD_SHOWN = 5
 """Gangs ahead that ``explain`` lists by name."""
 
@@ -44,9 +47,14 @@ DRAINING = "draining"
 class GangQueue(GangExpiry):
     """The admission order and draining reservations, over the clock and the book."""
 
-    def __init__(self, *args: Any, max_wait_seconds: float = 300.0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, max_wait_seconds: float = 300.0,
+                 serves: Callable[[PodRecord], bool] | None = None, **kwargs: Any) -> None:
+        """``serves``: whether a pod is scheduled through this extender (its schedulerName): only gangs
+        with such pods waiting join the order without a filter request (``_discover``)."""
         super().__init__(*args, **kwargs)
         self.max_wait_seconds = max_wait_seconds
+        self.serves = serves or (lambda _pod: True)
+        self._discovered_at = float("-inf")
         self.waits = order.WaitHistogram()
         self._ordering = False  # inside an ordering pass: admission plans without starting another
         self._ordered_at = float("-inf")
@@ -59,6 +67,12 @@ class GangQueue(GangExpiry):
     def _take_turn(self, state: GangState, members: Sequence[PodRecord], now: float) -> None:
         """``state``'s gang is complete and not admitted: note it waits, and (outside a pass) admit the
         gangs ahead of it that fit now, before it plans on what they leave."""
+        self._join(state, members, now)
+        if not self._ordering:
+            self._order_pass(now, stop_at=state)
+
+    def _join(self, state: GangState, members: Sequence[PodRecord], now: float) -> None:
+        """The gang waits from now (unless it already did): its priority, and any problem with it told."""
         if state.waiting_since is None:
             state.waiting_since = now
         state.priority, problem = order.gang_priority(state.policy.order, members)
@@ -67,8 +81,30 @@ class GangQueue(GangExpiry):
         if state.order_problem and state.order_problem != state.order_problem_told:
             state.order_problem_told = state.order_problem
             self.on_event(list(members), "Warning", "GangOrderProblem", f"gang {state.gang}: {state.order_problem}")
-        if not self._ordering:
-            self._order_pass(now, stop_at=state)
+
+    def _discover(self, now: float) -> None:
+        """Complete gangs with members waiting for a node join the order even before a filter request:
+        kube-scheduler calls the extender only with nodes its own filters passed, so a member that fits
+        no node as the cluster stands (the case for a gang that must preempt or drain) never reaches it."""
+        if now - self._discovered_at < DISCOVER_INTERVAL:
+            return
+        self._discovered_at = now
+        for gang in self.mirror.gangs():
+            state = self._gangs.get(gang)
+            if state is not None and (state.waiting_since is not None or state.admitted_at is not None
+                                      or state.never_fits is not None):
+                continue
+            policy = self.mirror.gang_policy(gang)[1]
+            if policy is None or self.mirror.member_count(gang) < policy.min_count:
+                continue
+            members = self.mirror.members(gang)
+            if not any(self.serves(p) and not self.mirror.placement(p.uid) for p in members):
+                continue
+            if len(self.placed(members, state)) >= policy.min_count:
+                continue  # running: a replacement member needs no admission
+            if state is None:
+                state = self._gangs[gang] = GangState(gang, policy)
+            self._join(state, members, now)
 
     def _queue(self) -> list[GangState]:
         """Waiting gangs in admission order (a gang that lost its quorum leaves the queue)."""
@@ -103,6 +139,7 @@ class GangQueue(GangExpiry):
             now = self.clock()
             if now - self._ordered_at >= max(min_interval, ORDER_INTERVAL):
                 self._ordered_at = now
+                self._discover(now)
                 self._update_drains(now)
         return releases
 

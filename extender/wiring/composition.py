@@ -79,6 +79,7 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
     if apply_status is not None and settings.group_status == "on":
         status = StatusWriter(status_writer(mirror, apply_status))
     reports = GangReports(mirror, events, status)
+    served = config.scheduler_names(settings)
     ledger = GangLedger(mirror, timeout_seconds=settings.gang_timeout_seconds,
                         backoff_seconds=settings.gang_backoff_seconds, on_event=reports.on_event,
                         max_wait_seconds=settings.max_wait_seconds,
@@ -88,10 +89,11 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
                         max_release_members=(settings.release_intents_max_bytes // INTENT_BYTES_PER_MEMBER
                                              if settings.leader_election == "on" else None),
                         topology_levels=levels.static, levels_for=levels.levels_for,
+                        serves=lambda pod: pod.scheduler_name in served,
                         preemption=evictor is not None and settings.preemption == "on", budgets=budgets.allowed,
                         eviction_room=evictor.allows if evictor is not None else None)
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
-                    release_log=release_log, scheduler_names=config.scheduler_names(settings),
+                    release_log=release_log, scheduler_names=served,
                     answer_margin=settings.bind_answer_margin_seconds, may_act=may_act,
                     evictor=evictor)
     return Runtime(settings, mirror, cache, ledger, engine, events, waker, mode, status, journal=journal,

@@ -224,3 +224,24 @@ def test_evictions_that_succeed_keep_the_place_until_the_gang_takes_it() -> None
     Evictions(w.ledger, evictor, may_act=lambda: True).run(order)
     assert sorted(p.name for p in evictor.evicted) == sorted(p.name for p in low_pods)
     assert len(w.mirror.reserved_slots(high)) == 2 and "gang default/high" in evictor.calls[0].preemptor
+
+
+def test_a_gang_no_filter_request_showed_joins_the_order_and_preempts() -> None:
+    # kube-scheduler calls the extender only with nodes its own filters passed: a member that fits no
+    # node as the cluster stands never reaches filter, so the sweep finds the complete gang in the mirror
+    w = World()
+    _, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
+    high, _, _ = w.gang("high", 2, "3", priority=100)
+    w.tick()
+    assert sorted(name for unit in w.victims() for name in unit) == sorted(p.name for p in low_pods)
+    view = w.ledger.order_view(high)
+    assert view is not None and view["position"] == 1
+
+
+def test_a_gang_of_another_scheduler_never_joins_the_order() -> None:
+    w = World()
+    w.ledger.serves = lambda pod: not pod.name.startswith("high")
+    w.gang("low", 4, "3", priority=1, on=NODES)
+    high, _, _ = w.gang("high", 2, "3", priority=100)
+    w.tick()
+    assert w.victims() == [] and w.ledger.order_view(high) is None
