@@ -50,6 +50,7 @@ class ClusterMirror:
         self._assumed: dict[str, str] = {}  # uid -> node, for binds not yet seen in the watch
         self._used: dict[str, Resources] = {}  # node -> requests of the non-terminal pods placed there
         self._members: dict[GangKey, set[str]] = {}
+        self._tried: dict[str, GangKey] = {}  # unbound gang members kube-scheduler found no node for
         self._groups: dict[GroupRef, GangPolicy | None] = {}
         self._group_objects: dict[tuple[GroupKind, ObjectKey], tuple[GroupRef, ...]] = {}
         self._group_meta: dict[GroupRef, GroupMeta] = {}
@@ -135,6 +136,10 @@ class ClusterMirror:
             self._touch(node)
         if pod.gang is not None and not pod.terminal:
             members = self._members.setdefault(pod.gang, set())
+            if pod.unschedulable and sign > 0:
+                self._tried[pod.uid] = pod.gang
+            elif pod.unschedulable:
+                self._tried.pop(pod.uid, None)
             if sign > 0:
                 members.add(pod.uid)
             else:
@@ -188,6 +193,11 @@ class ClusterMirror:
         with self.lock:
             pod = self._pods.get(uid)
             return self._placement(pod) if pod else ""
+
+    def tried_gangs(self) -> set[GangKey]:
+        """Gangs with an unbound member kube-scheduler tried and found no node for."""
+        with self.lock:
+            return set(self._tried.values())
 
     def running_pods(self) -> list[PodRecord]:
         """Pods bound or assumed to a node and not terminal (preemption's candidates)."""

@@ -200,6 +200,7 @@ class PodRecord:
     # metadata.labels as sorted (key, value) pairs, kept for bound pods only (a victim's
     # PodDisruptionBudgets select it by them); () for pending pods, to keep the mirror small
     labels: tuple[tuple[str, str], ...] = ()
+    unschedulable: bool = False  # unbound and marked by kube-scheduler: it tried the pod and found no node
     # ``spec`` read once into the constraints the predicates evaluate (None: not read; see records.pod_placement)
     placement: Placement | None = dataclasses.field(default=None, compare=False, repr=False)
 

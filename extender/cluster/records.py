@@ -178,7 +178,15 @@ def linked_pod_record(obj: Mapping[str, Any], link: PodLink | None) -> PodRecord
         priority=_priority(spec.get("priority")),
         preempt_never=spec.get("preemptionPolicy") == "Never",
         labels=pod_labels(metadata.get("labels")) if node_name else (),
+        unschedulable=not node_name and _unschedulable(_dict(obj.get("status")).get("conditions")),
     )
+
+
+def _unschedulable(conditions: object) -> bool:
+    """kube-scheduler tried the pod and found no node (PodScheduled False, reason Unschedulable)."""
+    return isinstance(conditions, list) and any(
+        isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False"
+        and c.get("reason") == "Unschedulable" for c in conditions)
 
 
 Labels = tuple[tuple[str, str], ...]

@@ -43,6 +43,9 @@ class Evictions:
             if not self.may_act():
                 failed += [(pod, "this replica no longer leads") for pod in unit.pods]
                 break
+            if not self.ledger.order_wanted(order.gang):
+                log.info("preemption for gang %s: no longer wanted, %s and later units spared", order.gang, unit.key)
+                break
             outcomes = self.evictor.evict(unit.pods, f"gang {order.gang}", order.reason)
             failed += [(o.pod, f"{o.outcome}: {o.message}" if o.message else o.outcome)
                        for o in outcomes if o.outcome not in DONE]

@@ -93,6 +93,10 @@ class GangLedger(GangPreemption):
                 state.waiting_since = None
                 return PASS  # complete: later members and replacements need no reservation
             self._take_turn(state, members, now)
+            verdict = self.victims_pending(state)
+            if verdict is not None:
+                state.last_message = verdict.message
+                return verdict
             if now < state.backoff_until:
                 return Verdict(Code.WAIT_RESOLVABLE,
                                f"gang {gang} is backing off for {state.backoff_until - now:.0f}s after "

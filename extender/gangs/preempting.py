@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender.cluster.model import GangKey, PodRecord, TopologyProblem
+from extender.cluster.model import Code, GangKey, PodRecord, TopologyProblem, Verdict
 from extender.gangs import planner, victims
 from extender.gangs.queue import GangQueue
 from extender.gangs.state import GangState
@@ -58,11 +58,15 @@ class GangPreemption(GangQueue):
 
     def __init__(self, *args: Any, budgets: Callable[[Sequence[PodRecord]], tuple[bool, str]] | None = None,
                  eviction_room: Callable[[int], bool] | None = None, preemption: bool = False,
-                 **kwargs: Any) -> None:
+                 preemption_problem: Callable[[], str] | None = None, **kwargs: Any) -> None:
+        """``preemption_problem``: why no victim may be chosen now ("": they may), e.g. the mirror or
+        the budgets not listed yet, or this replica not leading."""
         super().__init__(*args, **kwargs)
         self.preemption = preemption  # off until an evictor is wired (the composition turns it on)
         self.budgets = budgets or _budget_any
         self.eviction_room = eviction_room or (lambda _count: True)
+        self.preemption_problem = preemption_problem or (lambda: "")
+        self._fruitless: dict[GangKey, int] = {}  # preemptions in a row whose place the gang did not take
         self._evictions: list[EvictionOrder] = []
         self._victims: dict[GangKey, tuple[victims.VictimUnit, ...]] = {}
         self._searched: dict[GangKey, tuple[int, float]] = {}  # (mirror.generation, when) of the last search
@@ -108,8 +112,8 @@ class GangPreemption(GangQueue):
         placed = self.placed(members, state)
         needed = state.policy.min_count - len(placed) - len(self._waiting(state))
         pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
-        if needed <= 0 or len(pending) < needed:
-            return False
+        if needed <= 0 or len(pending) < needed or self._barrier_room(gang, needed) is not None:
+            return False  # admission would refuse it even with room: nothing to evict for
         chosen = planner.pick_for_reservation(pending, needed)
         constraint = self.constraint_of(state.policy, members)
         if isinstance(constraint, TopologyProblem):
@@ -135,7 +139,13 @@ class GangPreemption(GangQueue):
         return True
 
     def _may_preempt(self, state: GangState, now: float) -> bool:
-        if not self.preemption or state.order_problem or now < self._preempt_after.get(state.gang, 0.0):
+        if not self.preemption or state.order_problem or state.never_fits is not None:
+            return False
+        if now < max(state.backoff_until, self._preempt_after.get(state.gang, 0.0)):
+            return False
+        problem = self.preemption_problem()
+        if problem:
+            state.preempt_note = problem
             return False
         order = state.policy.order
         if order is not None and order.preempt_never:
@@ -160,7 +170,7 @@ class GangPreemption(GangQueue):
             policy = self.mirror.gang_policy(gang)[1]
             order = policy.order if policy is not None else None
             placing = "" if state is None or state.admitted_at is None else "it is being placed"
-            if order is not None and not order.disruption_all:
+            if policy is None or (order is not None and not order.disruption_all):  # no gang: pod by pod
                 units += [self._unit(f"pod {p.namespace}/{p.name} of gang {gang}", (p,), placing)
                           for p in pods if p.priority < preemptor.priority]
             elif max(p.priority for p in pods) < preemptor.priority:
@@ -195,17 +205,42 @@ class GangPreemption(GangQueue):
             return
         remaining = self._remaining(state)
         if remaining and now - state.drain_since > PATIENCE_SECONDS:
-            self._end_drain(state, f"{len(remaining)} victim(s) still not gone after {PATIENCE_SECONDS:.0f}s")
+            self._fruitless_end(state, now, f"{len(remaining)} victim(s) still not gone after {PATIENCE_SECONDS:.0f}s")
         elif not remaining and now - state.drain_since > PATIENCE_SECONDS + SETTLE_SECONDS:
-            self._end_drain(state, "its members did not take the freed place")
+            self._fruitless_end(state, now, "its members did not take the freed place")
+
+    def _fruitless_end(self, state: GangState, now: float, why: str) -> None:
+        """Drop a preemption's place; the next one for this gang waits longer each time (a gang that
+        kube-scheduler rejects for what the plan does not model never takes it)."""
+        count = self._fruitless[state.gang] = self._fruitless.get(state.gang, 0) + 1
+        self._preempt_after[state.gang] = now + FAILED_BACKOFF_SECONDS * 2 ** min(count, 6)
+        self._end_drain(state, why)
 
     def _remaining(self, state: GangState) -> list[PodRecord]:
-        pods = (self.mirror.pod_by_uid(uid) for uid in state.victims)
-        return [p for p in pods if p is not None and not p.terminal]
+        """Victims still in the cluster, terminating ones included (kube-scheduler counts them)."""
+        return [p for p in map(self.mirror.pod_by_uid, state.victims) if p is not None]
+
+    def victims_pending(self, state: GangState) -> Verdict | None:
+        """While its victims are still terminating a preempting gang is not admitted: its timeout would
+        run while kube-scheduler, which counts them until they are gone, places none of its members."""
+        if state.drain != PREEMPTING:
+            return None
+        remaining = self._remaining(state)
+        if not remaining:
+            return None
+        return Verdict(Code.WAIT_RESOLVABLE, f"gang {state.gang} waits for {len(remaining)} preempted pod(s) to "
+                                             f"end, e.g. {remaining[0].namespace}/{remaining[0].name}")
+
+    def order_wanted(self, gang: GangKey) -> bool:
+        """Whether a preemption's evictions are still wanted (its gang waits for them)."""
+        with self.lock:
+            state = self._gangs.get(gang)
+            return state is not None and state.drain == PREEMPTING and state.admitted_at is None
 
     def _note_admitted(self, state: GangState, now: float) -> None:
         if state.drain == PREEMPTING:
             self.counters["preemptions_completed"] += 1
+            self._fruitless.pop(state.gang, None)
         self._victims.pop(state.gang, None)
         state.victims = frozenset()
         super()._note_admitted(state, now)

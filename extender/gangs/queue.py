@@ -83,13 +83,15 @@ class GangQueue(GangExpiry):
             self.on_event(list(members), "Warning", "GangOrderProblem", f"gang {state.gang}: {state.order_problem}")
 
     def _discover(self, now: float) -> None:
-        """Complete gangs with members waiting for a node join the order even before a filter request:
-        kube-scheduler calls the extender only with nodes its own filters passed, so a member that fits
-        no node as the cluster stands (the case for a gang that must preempt or drain) never reaches it."""
+        """Complete gangs with a member kube-scheduler tried and could not place (its PodScheduled
+        condition) join the order even without a filter request: kube-scheduler calls the extender only
+        with nodes its own filters passed, so a member that fits no node as the cluster stands (the case
+        for a gang that must preempt or drain) never reaches it. Members not tried yet do not count: the
+        order follows what kube-scheduler has tried, not what is queued behind it."""
         if now - self._discovered_at < DISCOVER_INTERVAL:
             return
         self._discovered_at = now
-        for gang in self.mirror.gangs():
+        for gang in self.mirror.tried_gangs():
             state = self._gangs.get(gang)
             if state is not None and (state.waiting_since is not None or state.admitted_at is not None
                                       or state.never_fits is not None):
@@ -98,8 +100,8 @@ class GangQueue(GangExpiry):
             if policy is None or self.mirror.member_count(gang) < policy.min_count:
                 continue
             members = self.mirror.members(gang)
-            if not any(self.serves(p) and not self.mirror.placement(p.uid) for p in members):
-                continue
+            if not any(p.unschedulable and self.serves(p) and not self.mirror.placement(p.uid) for p in members):
+                continue  # no member kube-scheduler tried and could not place
             if len(self.placed(members, state)) >= policy.min_count:
                 continue  # running: a replacement member needs no admission
             if state is None:

@@ -91,13 +91,16 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
                         topology_levels=levels.static, levels_for=levels.levels_for,
                         serves=lambda pod: pod.scheduler_name in served,
                         preemption=evictor is not None and settings.preemption == "on", budgets=budgets.allowed,
-                        eviction_room=evictor.allows if evictor is not None else None)
+                        eviction_room=evictor.allows if evictor is not None else None,
+                        preemption_problem=lambda: (runtime.preemption_problem() if may_act()
+                                                    else "this replica does not lead"))
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
                     release_log=release_log, scheduler_names=served,
                     answer_margin=settings.bind_answer_margin_seconds, may_act=may_act,
                     evictor=evictor)
-    return Runtime(settings, mirror, cache, ledger, engine, events, waker, mode, status, journal=journal,
-                   budgets=budgets, evictor=evictor)
+    runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, mode, status, journal=journal,
+                      budgets=budgets, evictor=evictor)
+    return runtime
 
 
 def from_snapshot(settings: Settings) -> Runtime:

@@ -77,6 +77,20 @@ class Runtime:
         budgets = [self.budget_reflector] if self.budget_reflector is not None else []
         return [*self.core_reflectors, *budgets, *groups]
 
+    def preemption_problem(self) -> str:
+        """Why no victim may be chosen now ("" : they may): the mirror not fully listed, a core watch
+        stale, or the PodDisruptionBudgets not listed or not watched (victims chosen then could be
+        refused midway and a victim gang split)."""
+        if not self.synced():
+            return "the cluster is not fully listed yet"
+        stale = self.stale_problem()
+        if stale:
+            return stale
+        budgets = self.budget_reflector
+        if budgets is None or not budgets.synced.is_set() or not budgets.healthy:
+            return "the PodDisruptionBudget watch is not listed or not healthy"
+        return ""
+
     def start(self) -> None:
         if self.starter is not None:
             threading.Thread(target=self.starter, name="discovery", daemon=True).start()

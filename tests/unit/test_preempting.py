@@ -44,7 +44,8 @@ class World:
         return (False, f"PodDisruptionBudget default/guard allows no disruption of {hit[0]}") if hit else (True, "")
 
     def gang(self, name: str, size: int, cpu: str, *, priority: int = 0, on: Sequence[str] = (),
-             never: bool = False, **spec: Any) -> tuple[GangKey, GangPolicy, list[PodRecord]]:
+             never: bool = False, tried: bool = False, **spec: Any) -> tuple[GangKey, GangPolicy, list[PodRecord]]:
+        """``tried``: kube-scheduler tried the pending members and found no node (their PodScheduled condition)."""
         self.mirror.upsert_group(GroupKind.PODGROUP, podgroup(name, size, **spec))
         members = []
         for i in range(size):
@@ -53,6 +54,9 @@ class World:
             raw["spec"]["priority"] = priority
             if never:
                 raw["spec"]["preemptionPolicy"] = "Never"
+            if tried:
+                raw["status"] = {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
             members.append(self.mirror.upsert_pod(raw))
         gang = members[0].gang
         assert gang is not None
@@ -233,6 +237,9 @@ def test_a_gang_no_filter_request_showed_joins_the_order_and_preempts() -> None:
     _, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
     high, _, _ = w.gang("high", 2, "3", priority=100)
     w.tick()
+    assert w.victims() == [] and w.ledger.order_view(high) is None  # not tried by kube-scheduler yet
+    high, _, _ = w.gang("high", 2, "3", priority=100, tried=True)
+    w.tick()
     assert sorted(name for unit in w.victims() for name in unit) == sorted(p.name for p in low_pods)
     view = w.ledger.order_view(high)
     assert view is not None and view["position"] == 1
@@ -242,6 +249,53 @@ def test_a_gang_of_another_scheduler_never_joins_the_order() -> None:
     w = World()
     w.ledger.serves = lambda pod: not pod.name.startswith("high")
     w.gang("low", 4, "3", priority=1, on=NODES)
-    high, _, _ = w.gang("high", 2, "3", priority=100)
+    high, _, _ = w.gang("high", 2, "3", priority=100, tried=True)
     w.tick()
     assert w.victims() == [] and w.ledger.order_view(high) is None
+
+
+def test_a_preempting_gang_is_not_admitted_while_its_victims_terminate() -> None:
+    w = World()
+    _, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
+    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    w.tick()
+    assert w.victims()
+    for p in low_pods:  # evicted: terminating, still counted by kube-scheduler until gone
+        raw = pod(p.name, uid=p.uid, cpu="3", memory="1Mi", node=p.node_name)
+        raw["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+        w.mirror.upsert_pod(raw)
+    verdict = w.ledger.admission(high, high_policy)
+    assert verdict != PASS and "waits for 4 preempted pod(s) to end" in verdict.message
+    for p in low_pods:
+        w.mirror.delete_pod(p.uid)
+    assert w.ledger.admission(high, high_policy) == PASS
+
+
+def test_nothing_is_chosen_while_the_cluster_or_the_budgets_are_not_known() -> None:
+    w = World()
+    w.ledger.preemption_problem = lambda: "the PodDisruptionBudget watch is not listed or not healthy"
+    w.gang("low", 4, "3", priority=1, on=NODES)
+    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    w.tick()
+    assert w.victims() == []
+    view = w.ledger.order_view(high)
+    assert view is not None and "PodDisruptionBudget watch" in view["preemption"]["note"]
+
+
+def test_pods_of_a_group_without_a_gang_policy_are_victims_one_by_one() -> None:
+    w = World()
+    w.mirror.upsert_group(GroupKind.PODGROUP, {
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "replicas", "namespace": "default", "uid": "uid-pg-replicas"},
+        "spec": {"schedulingPolicy": {"basic": {}}}})
+    for i, at in enumerate(NODES):
+        raw = pod(f"replicas-{i}", cpu="3", memory="1Mi", node=at)
+        raw["spec"]["schedulingGroup"] = {"podGroupName": "replicas"}
+        raw["spec"]["priority"] = 1
+        w.mirror.upsert_pod(raw)
+    high, high_policy, _ = w.gang("high", 1, "3", priority=100)
+    assert w.ledger.admission(high, high_policy) != PASS
+    w.tick()
+    assert [len(unit) for unit in w.victims()] == [1]
