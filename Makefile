@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test test-fast lint typecheck layers k8s bench fuzz faults ha stress clean
+.PHONY: help demo test test-fast lint typecheck layers k8s bench fuzz faults ha stress starvation clean
 
 help:
 	@echo "make demo       run the extender against a local Kubernetes control plane with a sample gang"
@@ -15,6 +15,7 @@ help:
 	@echo "make faults     kill -9, kube-apiserver restarts, refused bindings on a real control plane"
 	@echo "make ha         kill -9 the leading kube-scheduler + extender pair 24 times (docs/reliability.md)"
 	@echo "make stress     10x filter rate for 60 s, 600-member bind barrier (docs/reliability.md)"
+	@echo "make starvation a 16-node gang under a 3-minute stream of small work, $${STARVATION_RUNS:-5} times (docs/performance.md)"
 	@echo "make k8s        build the pinned Kubernetes binaries (v1.35.4, v1.36.3, v1.37.2) and kwok v0.8.0 into ~/.cache/gang-extender"
 
 $(STAMP): pyproject.toml
@@ -66,6 +67,12 @@ ha: $(STAMP) k8s
 
 stress: $(STAMP)
 	$(BIN)/python hack/stress.py
+
+starvation: $(STAMP) k8s  # the issue's long run; CI runs a 60 s stream with a 10 s maximum wait
+	for i in $$(seq $${STARVATION_RUNS:-5}); do \
+	  STARVATION_STREAM_SECONDS=180 STARVATION_MAX_WAIT_SECONDS=$${STARVATION_MAX_WAIT_SECONDS:-60} \
+	    $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/e2e/test_starvation.py || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
