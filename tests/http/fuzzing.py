@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 from hypothesis import strategies as st
 
-VERBS = ("filter", "prioritize", "bind")
+VERBS = ("filter", "prioritize", "bind", "preempt")
 NODE_NAMES = [f"node-{i}" for i in range(1, 7)]
 WORKLOAD_REF = {"name": "training", "podGroup": "workers"}
 HOSTILE_TEXT = st.text(st.characters(codec="utf-8"), max_size=20) | st.sampled_from(
@@ -224,8 +224,22 @@ def bind_bodies(draw: st.DrawFn) -> dict[str, Any]:
             "PodUID": draw(st.sampled_from([f"uid-{name}", "", "uid-other"])), "Node": draw(node_names)}
 
 
+@st.composite
+def preempt_bodies(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid ExtenderPreemptionArgs body: victims by UID (nodeCacheCapable), or as full pods."""
+    pod = draw(pods())
+    uids = st.sampled_from(["uid-web-bound", "uid-pg-0", "uid-training-worker-0", "uid-unknown", "x"])
+    nodes = draw(st.lists(node_names, max_size=4, unique=True))
+    if draw(st.integers(0, 3)) == 0:
+        return {"Pod": pod, "NodeNameToVictims": {n: {"Pods": draw(st.lists(pods(), max_size=2)),
+                                                      "NumPDBViolations": draw(st.integers(0, 3))} for n in nodes}}
+    return {"Pod": pod, "NodeNameToMetaVictims": {
+        n: {"Pods": [{"UID": u} for u in draw(st.lists(uids, max_size=3))],
+            "NumPDBViolations": draw(st.integers(0, 3))} for n in nodes}}
+
+
 def valid_bodies(verb: str) -> st.SearchStrategy[dict[str, Any]]:
-    return bind_bodies() if verb == "bind" else filter_bodies()
+    return {"bind": bind_bodies, "preempt": preempt_bodies}.get(verb, filter_bodies)()
 
 
 def encode(body: Any) -> bytes:
@@ -288,6 +302,14 @@ def check_reply(verb: str, body: bytes, status: int, content_type: str, data: by
     if verb == "bind":
         assert isinstance(reply, dict) and set(reply) == {"Error"} and isinstance(reply["Error"], str), reply
         assert "internal error" not in reply["Error"], reply
+        return
+    if verb == "preempt":  # only candidates it was asked about, each with victims it was given
+        assert isinstance(reply, dict) and set(reply) == {"NodeNameToMetaVictims"}, reply
+        asked = request.get("NodeNameToMetaVictims") or request.get("NodeNameToVictims") or {}
+        for node, victims in reply["NodeNameToMetaVictims"].items():
+            assert node in asked, (node, reply)
+            given = {v.get("UID") or v.get("metadata", {}).get("uid") for v in asked[node]["Pods"]}
+            assert {v["UID"] for v in victims["Pods"]} <= given, (node, victims, asked[node])
         return
     names = set(request["NodeNames"]) if request.get("NodeNames") is not None else {
         n["metadata"]["name"] for n in request["Nodes"].get("items") or []}
