@@ -138,6 +138,12 @@ class GangPreemption(GangQueue):
         self._start_preemption(state, choice, now)
         return True
 
+    def _prune(self) -> None:
+        super()._prune()
+        for kept in (self._searched, self._preempt_after, self._victims, self._fruitless):
+            for gang in [g for g in kept if g not in self._gangs]:
+                del kept[gang]
+
     def _may_preempt(self, state: GangState, now: float) -> bool:
         if not self.preemption or state.order_problem or state.never_fits is not None:
             return False

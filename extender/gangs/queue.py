@@ -35,6 +35,9 @@ ORDER_INTERVAL = 0.25
 changes). Sweeps never admit a gang: admission happens on a member's filter, so that what a filter
 answers depends on the requests before it, not on a timer (a replay gives the recorded replies)."""
 
+DRAIN_PATIENCE_SECONDS = 900.0
+"""The longest a draining reservation is held without its gang being admitted; as long a rest follows."""
+
 DISCOVER_INTERVAL = 1.0
 """Seconds between two walks over the mirror's gangs for complete gangs no filter request showed yet."""
 
@@ -55,6 +58,7 @@ class GangQueue(GangExpiry):
         self.max_wait_seconds = max_wait_seconds
         self.serves = serves or (lambda _pod: True)
         self._discovered_at = float("-inf")
+        self._drain_after: dict[GangKey, float] = {}  # no new drain for the gang before then
         self.waits = order.WaitHistogram()
         self._ordering = False  # inside an ordering pass: admission plans without starting another
         self._ordered_at = float("-inf")
@@ -141,6 +145,7 @@ class GangQueue(GangExpiry):
             now = self.clock()
             if now - self._ordered_at >= max(min_interval, ORDER_INTERVAL):
                 self._ordered_at = now
+                self._prune()
                 self._discover(now)
                 self._update_drains(now)
         return releases
@@ -195,15 +200,27 @@ class GangQueue(GangExpiry):
             self._follow_drain(head, now)
         elif self._try_preempt(head, now):
             return
-        elif now - head.waiting_since >= order.max_wait(head.policy.order, self.max_wait_seconds):
+        elif (now - head.waiting_since >= order.max_wait(head.policy.order, self.max_wait_seconds)
+              and now >= self._drain_after.get(head.gang, 0.0)):
             self._start_drain(head, now)
+
+    def _prune(self) -> None:
+        """Forget what is kept per gang for gangs the ledger no longer tracks."""
+        for gang in [g for g in self._drain_after if g not in self._gangs]:
+            del self._drain_after[gang]
 
     def _try_preempt(self, state: GangState, now: float) -> bool:
         """Start a preemption for the head gang (the preemption layer's; here: never)."""
         return False
 
     def _follow_drain(self, state: GangState, now: float) -> None:
-        """A draining reservation ends when its gang is admitted or leaves the head: nothing to do here."""
+        """A draining reservation ends when its gang is admitted, leaves the head, or has held it for
+        ``DRAIN_PATIENCE_SECONDS`` without being admitted (a gang kube-scheduler keeps rejecting for
+        what the plan does not model would otherwise hold the place for ever); then it rests as long."""
+        since = state.drain_since
+        if state.drain == DRAINING and since is not None and now - since > DRAIN_PATIENCE_SECONDS:
+            self._drain_after[state.gang] = now + DRAIN_PATIENCE_SECONDS
+            self._end_drain(state, f"not admitted after {DRAIN_PATIENCE_SECONDS:.0f}s of draining")
 
     def _start_drain(self, state: GangState, now: float) -> None:
         gang = state.gang

@@ -234,3 +234,25 @@ def test_bad_order_settings_are_told_once_and_shown_by_explain() -> None:
     explained = w.ledger.explain(gang)
     assert "different priorities" in explained["order"]["problem"]
     assert explained["order"]["maxWaitSeconds"] == 60.0  # the default applies
+
+
+def test_a_drain_that_never_gets_its_gang_admitted_ends_and_rests() -> None:
+    from extender.gangs.queue import DRAIN_PATIENCE_SECONDS
+
+    w = World(max_wait=60)
+    for n in NODES:
+        w.running(f"hog-{n}", "2", n)
+    big, big_policy, _ = w.gang("big", 4, "3")
+    assert w.ledger.admission(big, big_policy) != PASS
+    w.clock.advance(61)
+    w.ledger.sweep()
+    assert w.ledger.state(big).drain == "draining"  # type: ignore[union-attr]
+    w.clock.advance(DRAIN_PATIENCE_SECONDS + 1)  # the hogs never end
+    w.ledger.sweep()
+    assert w.ledger.state(big).drain == "" and not w.mirror.reserved_slots(big)  # type: ignore[union-attr]
+    w.clock.advance(DRAIN_PATIENCE_SECONDS / 2)
+    w.ledger.sweep()
+    assert w.ledger.state(big).drain == ""  # type: ignore[union-attr]  # resting
+    w.clock.advance(DRAIN_PATIENCE_SECONDS / 2 + 1)
+    w.ledger.sweep()
+    assert w.ledger.state(big).drain == "draining"  # type: ignore[union-attr]
