@@ -64,6 +64,14 @@ class World:
         assert exists and policy is not None
         return gang, policy, members
 
+    def contend(self) -> tuple[list[PodRecord], GangKey, GangPolicy]:
+        """A priority-1 gang of 4 fills the nodes; a priority-100 gang of 2 is refused, then a sweep."""
+        _, _, low_pods = self.gang("low", 4, "3", priority=1, on=NODES)
+        high, high_policy, _ = self.gang("high", 2, "3", priority=100)
+        assert self.ledger.admission(high, high_policy) != PASS
+        self.tick()
+        return low_pods, high, high_policy
+
     def plain(self, name: str, cpu: str, at: str, priority: int = 0) -> PodRecord:
         raw = pod(name, cpu=cpu, memory="1Mi", node=at)
         raw["spec"]["priority"] = priority
@@ -174,10 +182,7 @@ def test_no_preemption_when_free_capacity_suffices_or_the_eviction_bound_is_spen
 
 def test_failed_evictions_drop_the_place_and_back_off() -> None:
     w = World()
-    _, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
-    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
-    w.tick()
+    low_pods, high, _high_policy = w.contend()
     assert w.victims()
     w.ledger.evictions_done(high, [(low_pods[0], "refused-budget: Cannot evict pod")])
     assert not w.mirror.reserved_slots(high) and w.events.of("GangPreemptionFailed")
@@ -207,10 +212,7 @@ def test_evictions_run_unit_by_unit_and_stop_at_the_first_failure() -> None:
 
 def test_evictions_on_a_replica_that_does_not_lead_evict_nothing() -> None:
     w = World()
-    w.gang("low", 4, "3", priority=1, on=NODES)
-    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
-    w.tick()
+    _low_pods, high, _high_policy = w.contend()
     (order,) = w.ledger.take_evictions()
     evictor = FakeEvictor()
     Evictions(w.ledger, evictor, may_act=lambda: False).run(order)
@@ -219,10 +221,7 @@ def test_evictions_on_a_replica_that_does_not_lead_evict_nothing() -> None:
 
 def test_evictions_that_succeed_keep_the_place_until_the_gang_takes_it() -> None:
     w = World()
-    _, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
-    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
-    w.tick()
+    low_pods, high, _high_policy = w.contend()
     (order,) = w.ledger.take_evictions()
     evictor = FakeEvictor()
     Evictions(w.ledger, evictor, may_act=lambda: True).run(order)
@@ -256,10 +255,7 @@ def test_a_gang_of_another_scheduler_never_joins_the_order() -> None:
 
 def test_a_preempting_gang_is_not_admitted_while_its_victims_terminate() -> None:
     w = World()
-    _, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
-    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
-    w.tick()
+    low_pods, high, high_policy = w.contend()
     assert w.victims()
     for p in low_pods:  # evicted: terminating, still counted by kube-scheduler until gone
         raw = pod(p.name, uid=p.uid, cpu="3", memory="1Mi", node=p.node_name)
@@ -275,10 +271,7 @@ def test_a_preempting_gang_is_not_admitted_while_its_victims_terminate() -> None
 def test_nothing_is_chosen_while_the_cluster_or_the_budgets_are_not_known() -> None:
     w = World()
     w.ledger.preemption_problem = lambda: "the PodDisruptionBudget watch is not listed or not healthy"
-    w.gang("low", 4, "3", priority=1, on=NODES)
-    high, high_policy, _ = w.gang("high", 2, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
-    w.tick()
+    _low_pods, high, _high_policy = w.contend()
     assert w.victims() == []
     view = w.ledger.order_view(high)
     assert view is not None and "PodDisruptionBudget watch" in view["preemption"]["note"]
