@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
-import time
 from collections.abc import Callable
+
+import timing
 
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GangKey, GroupKind, GroupRef, NodeRecord, PodRecord
@@ -105,18 +105,7 @@ def main() -> int:
             print(f"{name}: {len(result.per_node())} nodes ({len(result.slots)} slots)")
         else:
             print(f"{name}: {result or 'a rack could hold it'}")
-    timings: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.samples):  # interleaved: every case sees the same machine noise
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            timings[name].append((time.perf_counter() - start) * 1000)
-    print(f"\n{len(mirror.nodes)} nodes, {args.samples} samples per case (ms)")
-    print(f"{'case':40} {'p50':>7} {'p99':>7} {'max':>7}")
-    for name, samples in timings.items():
-        samples.sort()
-        p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
-        print(f"{name:40} {statistics.median(samples):7.2f} {p99:7.2f} {samples[-1]:7.2f}")
+    timing.interleaved(runs, args.samples, f"{len(mirror.nodes)} nodes", width=40, digits=2)
     return 0
 
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any, cast
+
+import timing
 
 from extender.cluster.model import GangKey, GroupKind, GroupRef, NodeRecord, PodRecord
 from extender.cluster.quantity import Resources, add_into
@@ -139,18 +139,7 @@ def main() -> int:
         finally:
             patched.place_gang = real
         print(f"{name}: {describe(result, calls[0])}")
-    timings: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.samples):  # interleaved: every case sees the same machine noise
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            timings[name].append((time.perf_counter() - start) * 1000)
-    print(f"\n300 nodes, {args.samples} samples per case (ms)")
-    print(f"{'case':50} {'p50':>8} {'p99':>8} {'max':>8}")
-    for name, samples in timings.items():
-        samples.sort()
-        p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
-        print(f"{name:50} {statistics.median(samples):8.1f} {p99:8.1f} {samples[-1]:8.1f}")
+    timing.interleaved(runs, args.samples, "300 nodes", width=50, digits=1)
     return 0
 
 
