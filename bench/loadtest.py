@@ -165,8 +165,8 @@ class Server:
 
 
 @contextlib.contextmanager
-def server(snapshot: Path, workdir: Path) -> Iterator[Server]:
-    srv = Server(snapshot, workdir)
+def server(snapshot: Path, workdir: Path, extra: Sequence[str] = ()) -> Iterator[Server]:
+    srv = Server(snapshot, workdir, extra)
     try:
         yield srv
     finally:
@@ -334,7 +334,9 @@ def verify(corpus: Corpus, workdir: Path, snapshot: Path, *, with_binds: bool,
     examples: dict[str, str] = {}
     drift: list[float] = []  # per filter: |recorded feasible xor replayed feasible| / |union|
     binds: list[tuple[dict[str, Any], threading.Thread, list[Any]]] = []
-    with server(snapshot, workdir) as srv:
+    # Holds last as long as the replay needs: a slow replay (a loaded machine) must not answer a held
+    # bind with a retry where the recorded run, at kube-scheduler's pace, bound it.
+    with server(snapshot, workdir, ["--scheduler-http-timeout-seconds", "3600"]) as srv:
         conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
         headers = {"Content-Type": "application/json"}
 
