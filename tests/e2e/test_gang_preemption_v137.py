@@ -166,6 +166,12 @@ def test_a_podgroup_whose_preemption_policy_is_never_waits_and_evicts_nothing(
     # only the group says Never: its members' own class (same value) would let them preempt
     create(cp, *group(ns, "patient", 2, cpu="3", selector=labels, priority=f"{ns}-never",
                       member_priority=f"{ns}-high", never=True))
+    # the API server defaults preemptionPolicy to PreemptLowerPriority before the Priority admission
+    # compares it with the class: a group naming a Never class must say Never itself
+    unsaid = group(ns, "unsaid", 2, cpu="3", selector=labels, priority=f"{ns}-never")[0]
+    refused = cp.kubectl("create", "-f", "-", input=json.dumps(unsaid), check=False)
+    assert refused.returncode != 0, refused.stdout
+    assert "PreemptionPolicy (PreemptLowerPriority) must not be provided" in refused.stderr, refused.stderr
     kept = stored(cp, ns, "patient")
     assert kept.get("preemptionPolicy") == "Never" and kept["priority"] == 1000, kept
     assert {p["spec"].get("preemptionPolicy") for p in pods(cp, ns) if p["metadata"]["name"].startswith("patient-")
