@@ -97,6 +97,31 @@ def control_plane_137(k8s_137_bin_dir: Path) -> Iterator[controlplane.ControlPla
         yield plane
 
 
+GATES_137_PREEMPTION = {**GATES_137, "PodGroupPreemptionPolicy": True}
+"""KEP-5710's ``PodGroupPreemptionPolicy`` (alpha in 1.37.2, off by default): without it the API server
+silently drops a PodGroup's ``spec.preemptionPolicy`` (``priority``, ``priorityClassName`` and
+``disruptionMode`` need no gate beyond GenericWorkload)."""
+
+
+@pytest.fixture(scope="module")
+def control_plane_137_preemption(k8s_137_bin_dir: Path) -> Iterator[controlplane.ControlPlane]:
+    """A 1.37 control plane as ``control_plane_137``, plus ``PodGroupPreemptionPolicy`` on the API server
+    and controller manager, so PodGroups keep ``spec.preemptionPolicy`` (kube-scheduler: no gates)."""
+    keep = os.environ.get("GANG_E2E_KEEP", "") not in ("", "0")
+    with controlplane.ControlPlane(k8s_137_bin_dir, log=_log, keep=keep, feature_gates=GATES_137_PREEMPTION,
+                                   default_feature_gates=False, runtime_config=RUNTIME_CONFIG_137,
+                                   scheduler_feature_gates={}) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def kwok_137(control_plane_137_preemption: controlplane.ControlPlane,
+             kwok_bin_dir: Path) -> Iterator[kwok_harness.Kwok]:
+    """kwok (as the ``kwok`` fixture) on ``control_plane_137_preemption``."""
+    with kwok_harness.Kwok(control_plane_137_preemption, kwok_bin_dir) as running:
+        yield running
+
+
 @pytest.fixture(scope="module")
 def control_plane_no_gates(k8s_bin_dir: Path) -> Iterator[controlplane.ControlPlane]:
     """A 1.35 control plane with no alpha/beta feature gate and no ``--runtime-config`` at all (what a

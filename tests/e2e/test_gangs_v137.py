@@ -139,3 +139,24 @@ def test_podgroup_created_after_its_pods_wakes_them(cluster: dict[str, Any]) -> 
     create(cp, podgroup(ns, "pg", 2))
     all_bound(cp, ns, "pg-", 2, nodes)
     assert time.monotonic() - started < 30
+
+
+def test_preemption_policy_is_dropped_without_its_gate_and_the_other_kep_5710_fields_are_kept(
+        cluster: dict[str, Any]) -> None:
+    """Without ``PodGroupPreemptionPolicy`` (alpha in 1.37.2, off here) the API server drops a PodGroup's
+    ``preemptionPolicy`` without a word; ``priorityClassName``, ``priority`` (resolved by the Priority
+    admission plugin) and ``disruptionMode`` (defaulted to ``single``) need only GenericWorkload.
+    ``test_gang_preemption_v137.py`` runs on a control plane with the gate on."""
+    cp: ControlPlane = cluster["cp"]
+    ns = "v137-fields"
+    cp.create_namespace(ns)
+    create(cp, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": f"{ns}-never"},
+                "value": 1000, "preemptionPolicy": "Never"})
+    never = podgroup(ns, "never", 2)
+    never["spec"].update(priorityClassName=f"{ns}-never", preemptionPolicy="Never", disruptionMode={"all": {}})
+    create(cp, never, podgroup(ns, "plain", 2))
+    spec = cp.request("GET", f"/apis/{API}/namespaces/{ns}/podgroups/never")["spec"]
+    assert "preemptionPolicy" not in spec, spec
+    assert (spec["priorityClassName"], spec["priority"], spec["disruptionMode"]) == (f"{ns}-never", 1000, {"all": {}})
+    plain = cp.request("GET", f"/apis/{API}/namespaces/{ns}/podgroups/plain")["spec"]
+    assert (plain["priority"], plain["disruptionMode"]) == (0, {"single": {}}), plain
