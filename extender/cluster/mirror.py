@@ -335,10 +335,11 @@ class ClusterMirror:
             return iter(list(self._members))
 
     # ------------------------------------------------------------------------------ reservations
-    def reserve(self, gang: GangKey, slots: Iterable[Slot]) -> None:
-        """Make ``slots`` the whole of what ``gang`` holds in reserve (none: release it all)."""
+    def reserve(self, gang: GangKey, slots: Iterable[Slot], *, draining: bool = False) -> None:
+        """Make ``slots`` the whole of what ``gang`` holds in reserve (none: release it all); ``draining``:
+        kept as busy capacity frees, behind admitted reservations (``Reservations.take_from``)."""
         with self.lock:
-            self._reservations.replace(gang, slots)
+            self._reservations.replace(gang, slots, draining=draining)
 
     def reserve_more(self, gang: GangKey, slots: Iterable[Slot]) -> None:
         with self.lock:
@@ -375,7 +376,8 @@ class ClusterMirror:
 
     # ---------------------------------------------------------------------------------- capacity
     def free(self, node: str, for_gang: GangKey | None, *, include_own_reservation: bool = True) -> Resources:
-        """Allocatable minus used minus reservations of gangs other than ``for_gang``.
+        """Allocatable minus used minus reservations of gangs other than ``for_gang`` (a draining one
+        only for what is free beyond admitted reservations: ``Reservations.take_from``).
 
         With ``include_own_reservation=False`` the gang's own reservation is subtracted too (what is
         free outside its reservation).
@@ -385,11 +387,7 @@ class ClusterMirror:
         used = self._used.get(node)
         if used:
             add_into(free, used, -1)
-        reserved = self._reservations.on(node)
-        if reserved:
-            for gang, amount in reserved.items():
-                if gang != for_gang or not include_own_reservation:
-                    add_into(free, amount, -1)
+        self._reservations.take_from(free, node, for_gang, include_own_reservation)
         return free
 
     def free_cpu_by_node(self, for_gang: GangKey | None) -> dict[str, int]:
@@ -400,11 +398,9 @@ class ClusterMirror:
             for name, used in self._used.items():
                 if name in cpu:
                     cpu[name] -= used.get(CPU, 0)
-            for name, by_gang in self._reservations.by_node():
+            for name, _by_gang in self._reservations.by_node():
                 if name in cpu:
-                    for gang, amount in by_gang.items():
-                        if gang != for_gang:
-                            cpu[name] -= amount.get(CPU, 0)
+                    cpu[name] = self._reservations.cpu_left(name, cpu[name], for_gang)
             return cpu
 
     def own_reservation(self, node: str, gang: GangKey) -> Resources | None:

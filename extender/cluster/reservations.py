@@ -1,7 +1,9 @@
 """Reservations: the capacity admitted gangs hold on nodes for their members still to come (pure).
 
 Owns: per gang, its reservation *slots* (a node and the requests of one member that will go there),
-and the per-node totals derived from them, which capacity checks subtract. The slots are the only
+and the per-node totals derived from them, which capacity checks subtract; which reservations are
+*draining* ones (the head gang's, kept as busy capacity frees) and how much of those a capacity check
+subtracts (``draining_share``: only what is free beyond admitted reservations). The slots are the only
 record: the totals are recomputed from them on every change, so the two cannot drift apart. Must
 not: decide which gang reserves what (the ledger does), take locks (the mirror calls it under its
 own) or know about pods.
@@ -13,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from extender.cluster.fit import shortfall
 from extender.cluster.model import GangKey
-from extender.cluster.quantity import Resources, add_into
+from extender.cluster.quantity import CPU, Resources, add_into
 
 Slot = tuple[str, Resources]
 """One reserved place: (node name, the requests of the member it is kept for)."""
@@ -47,10 +49,12 @@ class Reservations:
         self._slots: dict[GangKey, tuple[Slot, ...]] = {}
         self._on_node: dict[str, dict[GangKey, Resources]] = {}  # node -> gang -> total (derived)
         self._nodes: dict[GangKey, frozenset[str]] = {}  # gang -> nodes it reserves on (derived)
+        self._draining: set[GangKey] = set()  # gangs whose reservation waits for capacity to free
 
     # ---------------------------------------------------------------------------------- changes
-    def replace(self, gang: GangKey, slots: Iterable[Slot]) -> None:
-        """Make ``slots`` the whole of the gang's reservation (none: it holds nothing)."""
+    def replace(self, gang: GangKey, slots: Iterable[Slot], *, draining: bool = False) -> None:
+        """Make ``slots`` the whole of the gang's reservation (none: it holds nothing). ``draining``: a
+        gang not admitted keeps them as capacity frees (``draining_share``), not out of free capacity."""
         kept = tuple((node, dict(requests)) for node, requests in slots)
         totals = {node: amount for node, amount in per_node(kept).items() if amount}
         for node in self._nodes.get(gang, frozenset()).difference(totals):
@@ -70,20 +74,24 @@ class Reservations:
         else:
             self._slots.pop(gang, None)
             self._nodes.pop(gang, None)
+        if kept and draining:
+            self._draining.add(gang)
+        else:
+            self._draining.discard(gang)
 
     def add(self, gang: GangKey, slots: Iterable[Slot]) -> None:
-        self.replace(gang, (*self.slots(gang), *slots))
+        self.replace(gang, (*self.slots(gang), *slots), draining=gang in self._draining)
 
     def keep(self, gang: GangKey, count: int) -> None:
         """Keep only the gang's first ``count`` slots."""
-        self.replace(gang, self.slots(gang)[:max(count, 0)])
+        self.replace(gang, self.slots(gang)[:max(count, 0)], draining=gang in self._draining)
 
     def use(self, gang: GangKey, node: str, requests: Mapping[str, int]) -> None:
         """A member of ``gang`` landed on ``node``: drop the slot it used (``consume_slot``)."""
         slots = list(self.slots(gang))
         if slots:
             consume_slot(slots, node, requests)
-            self.replace(gang, slots)
+            self.replace(gang, slots, draining=gang in self._draining)
 
     # ---------------------------------------------------------------------------------- queries
     def slots(self, gang: GangKey) -> tuple[Slot, ...]:
@@ -106,3 +114,53 @@ class Reservations:
 
     def by_node(self) -> Iterator[tuple[str, Mapping[GangKey, Resources]]]:
         return iter(self._on_node.items())
+
+    def draining(self, gang: GangKey) -> bool:
+        """Whether the gang's reservation is a draining one (``replace(..., draining=True)``)."""
+        return gang in self._draining
+
+    def take_from(self, free: Resources, node: str, for_gang: GangKey | None, include_own: bool) -> None:
+        """Subtract from ``free`` (a node's allocatable less the pods placed there) what the reservations
+        on ``node`` keep from ``for_gang``: other gangs' admitted reservations whole, draining ones only
+        for their ``draining_share``, its own (``include_own``: counted as room) nothing."""
+        reserved = self._on_node.get(node)
+        if not reserved:
+            return
+        drains: Resources = {}
+        own: Mapping[str, int] = {}
+        for gang, amount in reserved.items():
+            mine = gang == for_gang and include_own
+            if gang in self._draining:
+                if not mine:
+                    add_into(drains, amount)
+            elif mine:
+                own = amount
+            else:
+                add_into(free, amount, -1)
+        for resource, drained in drains.items():
+            left = free.get(resource, 0)
+            free[resource] = left - draining_share(left - own.get(resource, 0), drained)
+
+    def cpu_left(self, node: str, cpu: int, for_gang: GangKey | None) -> int:
+        """``take_from`` for cpu alone: ``cpu`` free on ``node`` less what its reservations keep."""
+        drains = own = 0
+        for gang, amount in self._on_node.get(node, {}).items():
+            cores = amount.get(CPU, 0)
+            if gang in self._draining:
+                drains += cores if gang != for_gang else 0
+            elif gang == for_gang:
+                own = cores
+            else:
+                cpu -= cores
+        return cpu - draining_share(cpu - own, drains) if drains else cpu
+
+
+def draining_share(headroom: int, drains: int) -> int:
+    """How much of ``drains`` (one resource, draining reservations on a node) comes out of a node's free
+    capacity, when ``headroom`` is what is left of it after the pods placed there and the other
+    reservations, admitted ones first, the asking gang's own included: a draining reservation covers
+    busy capacity and is kept as that frees, so it takes only what is free beyond admitted
+    reservations. Were it subtracted whole, it would take the room a gang admitted on that node
+    before the drain started reserved, and keep that gang's members from binding there until the
+    pods under the drain end."""
+    return min(drains, max(headroom, 0))

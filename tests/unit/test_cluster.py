@@ -251,6 +251,36 @@ def test_reservations_are_free_only_for_their_own_gang(m: ClusterMirror) -> None
     assert m.reservation(a) == {} and m.free("n2", None)["cpu"] == 4000
 
 
+def test_a_draining_reservation_takes_only_what_is_free_beyond_admitted_ones(m: ClusterMirror) -> None:
+    """A draining reservation covers busy capacity and is kept as that frees: a gang admitted on the node
+    keeps the room it reserved (subtracting the drain whole would leave it 1 cpu short until the busy
+    pod ends), everyone else sees only what is left beyond both, and the drain gets what frees."""
+    admitted = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "admitted"))
+    drainer = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "drainer"))
+    m.upsert_pod(pod("busy", uid="u1", cpu="1", node="n1"))
+    m.reserve(admitted, [("n1", {"cpu": 2000})])
+    m.reserve(drainer, [("n1", {"cpu": 2000})], draining=True)
+
+    def free_cpu(gang: GangKey | None, own: bool = True) -> int:
+        return m.free("n1", gang, include_own_reservation=own)["cpu"]
+
+    assert free_cpu(admitted) == 2000  # its whole reservation: the drain waits for the busy cpu
+    assert free_cpu(admitted, own=False) == 0
+    assert free_cpu(None) == 0 and free_cpu(drainer) == 1000  # the drainer plans as before
+    for gang in (None, admitted, drainer):
+        assert m.free_cpu_by_node(gang)["n1"] == free_cpu(gang)
+    m.reserve_more(drainer, [("n2", {"cpu": 1000}), ("n2", {"cpu": 1000})])  # changes to its slots keep it draining
+    m.trim_reservation(drainer, 2)
+    m.use_reservation(drainer, "n2", {"cpu": 1000})
+    assert m.reserved_slots(drainer) == (("n1", {"cpu": 2000}),)
+    assert free_cpu(admitted) == 2000 and m.free("n2", None)["cpu"] == 4000
+    m.delete_pod("u1")
+    assert free_cpu(admitted) == 2000 and free_cpu(None) == 0  # the freed cpu went to the drain
+    m.reserve(drainer, [("n1", {"cpu": 2000})])  # admitted from its drain: subtracted whole
+    m.upsert_pod(pod("busy-again", uid="u2", cpu="1", node="n1"))
+    assert free_cpu(admitted) == 1000 and free_cpu(None) == -1000
+
+
 def test_free_cpu_by_node_is_the_cpu_of_free(m: ClusterMirror) -> None:
     """The planner's cheap sort key: every node's free cpu, as ``free`` computes it, for any gang."""
     a = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "a"))

@@ -256,3 +256,25 @@ def test_a_drain_that_never_gets_its_gang_admitted_ends_and_rests() -> None:
     w.clock.advance(DRAIN_PATIENCE_SECONDS / 2 + 1)
     w.ledger.sweep()
     assert w.ledger.state(big).drain == "draining"  # type: ignore[union-attr]
+
+
+def test_a_drain_started_after_a_gang_was_admitted_leaves_that_gang_its_reserved_room() -> None:
+    """Found by test_order_property.py: the head gang's drain covers busy capacity on a node where a gang
+    admitted just before holds the rest; that gang's members still bind there at once (subtracting the
+    drain whole left big-0 1 cpu short on n1 until the busy pod ended, past its gang's timeout if long)."""
+    w = World(max_wait=0)
+    for n in NODES:
+        w.running(f"busy-{n}", "1", n)
+    big, big_policy, big_members = w.gang("big", 4, "3")
+    assert w.ledger.admission(big, big_policy) == PASS  # 3 of each node's 4 cpu, the 4th busy
+    small, small_policy, _ = w.gang("small", 1, "1")
+    assert w.ledger.admission(small, small_policy) != PASS
+    w.ledger.sweep()  # small is now first in the order, past its max wait: it drains a busy cpu
+    drained = w.mirror.reserved_nodes(small)
+    assert w.ledger.state(small).drain == "draining" and len(drained) == 1  # type: ignore[union-attr]
+    w.bind_all(big, big_policy, big_members)  # asserts the last bind releases the quorum
+    node = next(iter(drained))
+    assert w.mirror.free(node, small).get("cpu", 0) == 0 and w.ledger.admission(small, small_policy) != PASS
+    w.mirror.delete_pod(w.mirror.pod("default", f"busy-{node}").uid)  # type: ignore[union-attr]
+    assert w.mirror.free(node, None).get("cpu", 0) == 0  # what freed is kept for the drain
+    assert w.ledger.admission(small, small_policy) == PASS

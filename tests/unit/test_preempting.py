@@ -9,7 +9,7 @@ from typing import Any
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import PASS, GangKey, GangPolicy, GroupKind, PodRecord
 from extender.engine.evicting import Evictions
-from extender.gangs.ledger import GangLedger
+from extender.gangs.ledger import BindAction, GangLedger
 from extender.gangs.preempting import FAILED_BACKOFF_SECONDS, PREEMPTING
 from tests.builders import EventLog, FakeClock, node, pod
 from tests.evictor_fake import FakeEvictor
@@ -292,3 +292,22 @@ def test_pods_of_a_group_without_a_gang_policy_are_victims_one_by_one() -> None:
     assert w.ledger.admission(high, high_policy) != PASS
     w.tick()
     assert [len(unit) for unit in w.victims()] == [1]
+
+
+def test_a_preemption_leaves_a_gang_admitted_before_it_its_reserved_room() -> None:
+    """The preemptor's place covers a victim's cpu on a node where a gang admitted just before holds the
+    rest: that gang's members still bind there while the victim terminates (a place subtracted whole
+    left big's member 1 cpu short until the victim was gone)."""
+    w = World()
+    for n in NODES:
+        w.plain(f"low-{n}", "1", n)
+    big, big_policy, big_members = w.gang("big", 4, "3")
+    assert w.ledger.admission(big, big_policy) == PASS
+    high, _, _ = w.gang("high", 1, "1", priority=10, tried=True)
+    w.tick(2)
+    (victim,), = w.victims()
+    assert w.ledger.state(high).drain == PREEMPTING  # type: ignore[union-attr]
+    for member, (target, _) in zip(big_members, w.mirror.reserved_slots(big), strict=True):
+        decision = w.ledger.on_bind(member, target, big_policy)
+        assert decision.error == "", decision.error
+    assert decision.action is BindAction.RELEASE and w.mirror.free(victim.removeprefix("low-"), None).get("cpu", 0) == 0
