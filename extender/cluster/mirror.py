@@ -335,11 +335,12 @@ class ClusterMirror:
             return iter(list(self._members))
 
     # ------------------------------------------------------------------------------ reservations
-    def reserve(self, gang: GangKey, slots: Iterable[Slot], *, draining: bool = False) -> None:
+    def reserve(self, gang: GangKey, slots: Iterable[Slot], *, draining: bool = False, priority: int = 0) -> None:
         """Make ``slots`` the whole of what ``gang`` holds in reserve (none: release it all); ``draining``:
-        kept as busy capacity frees, behind admitted reservations (``Reservations.take_from``)."""
+        kept as busy capacity frees, behind admitted reservations, from pods of ``priority`` or lower
+        (``Reservations.take_from``)."""
         with self.lock:
-            self._reservations.replace(gang, slots, draining=draining)
+            self._reservations.replace(gang, slots, draining=draining, priority=priority)
 
     def reserve_more(self, gang: GangKey, slots: Iterable[Slot]) -> None:
         with self.lock:
@@ -375,9 +376,11 @@ class ClusterMirror:
             return self._reservations.nodes(gang)
 
     # ---------------------------------------------------------------------------------- capacity
-    def free(self, node: str, for_gang: GangKey | None, *, include_own_reservation: bool = True) -> Resources:
+    def free(self, node: str, for_gang: GangKey | None, *, include_own_reservation: bool = True,
+             priority: int | None = None) -> Resources:
         """Allocatable minus used minus reservations of gangs other than ``for_gang`` (a draining one
-        only for what is free beyond admitted reservations: ``Reservations.take_from``).
+        only for what is free beyond admitted reservations, and not for a pod of a higher ``priority``
+        than its gang's: ``Reservations.take_from``; None: no pod in particular).
 
         With ``include_own_reservation=False`` the gang's own reservation is subtracted too (what is
         free outside its reservation).
@@ -387,7 +390,7 @@ class ClusterMirror:
         used = self._used.get(node)
         if used:
             add_into(free, used, -1)
-        self._reservations.take_from(free, node, for_gang, include_own_reservation)
+        self._reservations.take_from(free, node, for_gang, include_own_reservation, priority)
         return free
 
     def free_cpu_by_node(self, for_gang: GangKey | None) -> dict[str, int]:

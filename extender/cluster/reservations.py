@@ -2,8 +2,9 @@
 
 Owns: per gang, its reservation *slots* (a node and the requests of one member that will go there),
 and the per-node totals derived from them, which capacity checks subtract; which reservations are
-*draining* ones (the head gang's, kept as busy capacity frees) and how much of those a capacity check
-subtracts (``draining_share``: only what is free beyond admitted reservations). The slots are the only
+*draining* ones (the head gang's, kept as busy capacity frees), the priority each holds against (a
+pod of higher priority is not kept out by it) and how much of those a capacity check subtracts
+(``draining_share``: only what is free beyond admitted reservations). The slots are the only
 record: the totals are recomputed from them on every change, so the two cannot drift apart. Must
 not: decide which gang reserves what (the ledger does), take locks (the mirror calls it under its
 own) or know about pods.
@@ -49,12 +50,14 @@ class Reservations:
         self._slots: dict[GangKey, tuple[Slot, ...]] = {}
         self._on_node: dict[str, dict[GangKey, Resources]] = {}  # node -> gang -> total (derived)
         self._nodes: dict[GangKey, frozenset[str]] = {}  # gang -> nodes it reserves on (derived)
-        self._draining: set[GangKey] = set()  # gangs whose reservation waits for capacity to free
+        self._draining: dict[GangKey, int] = {}  # gangs whose reservation waits for capacity to free -> priority
 
     # ---------------------------------------------------------------------------------- changes
-    def replace(self, gang: GangKey, slots: Iterable[Slot], *, draining: bool = False) -> None:
+    def replace(self, gang: GangKey, slots: Iterable[Slot], *, draining: bool = False, priority: int = 0) -> None:
         """Make ``slots`` the whole of the gang's reservation (none: it holds nothing). ``draining``: a
-        gang not admitted keeps them as capacity frees (``draining_share``), not out of free capacity."""
+        gang not admitted keeps them as capacity frees (``draining_share``), not out of free capacity,
+        and only from pods of ``priority`` or lower (a higher-priority pod goes first, as it would in the
+        order)."""
         kept = tuple((node, dict(requests)) for node, requests in slots)
         totals = {node: amount for node, amount in per_node(kept).items() if amount}
         for node in self._nodes.get(gang, frozenset()).difference(totals):
@@ -75,23 +78,28 @@ class Reservations:
             self._slots.pop(gang, None)
             self._nodes.pop(gang, None)
         if kept and draining:
-            self._draining.add(gang)
+            self._draining[gang] = priority
         else:
-            self._draining.discard(gang)
+            self._draining.pop(gang, None)
+
+    def _resize(self, gang: GangKey, slots: Iterable[Slot]) -> None:
+        """``replace`` keeping whether the reservation drains, and for which priority."""
+        drain = self._draining.get(gang)
+        self.replace(gang, slots, draining=drain is not None, priority=drain or 0)
 
     def add(self, gang: GangKey, slots: Iterable[Slot]) -> None:
-        self.replace(gang, (*self.slots(gang), *slots), draining=gang in self._draining)
+        self._resize(gang, (*self.slots(gang), *slots))
 
     def keep(self, gang: GangKey, count: int) -> None:
         """Keep only the gang's first ``count`` slots."""
-        self.replace(gang, self.slots(gang)[:max(count, 0)], draining=gang in self._draining)
+        self._resize(gang, self.slots(gang)[:max(count, 0)])
 
     def use(self, gang: GangKey, node: str, requests: Mapping[str, int]) -> None:
         """A member of ``gang`` landed on ``node``: drop the slot it used (``consume_slot``)."""
         slots = list(self.slots(gang))
         if slots:
             consume_slot(slots, node, requests)
-            self.replace(gang, slots, draining=gang in self._draining)
+            self._resize(gang, slots)
 
     # ---------------------------------------------------------------------------------- queries
     def slots(self, gang: GangKey) -> tuple[Slot, ...]:
@@ -119,10 +127,16 @@ class Reservations:
         """Whether the gang's reservation is a draining one (``replace(..., draining=True)``)."""
         return gang in self._draining
 
-    def take_from(self, free: Resources, node: str, for_gang: GangKey | None, include_own: bool) -> None:
+    def _holds_off(self, gang: GangKey, priority: int | None) -> bool:
+        """Whether ``gang``'s draining reservation keeps capacity from a pod of ``priority`` (None: any)."""
+        return priority is None or priority <= self._draining[gang]
+
+    def take_from(self, free: Resources, node: str, for_gang: GangKey | None, include_own: bool,
+                  priority: int | None = None) -> None:
         """Subtract from ``free`` (a node's allocatable less the pods placed there) what the reservations
-        on ``node`` keep from ``for_gang``: other gangs' admitted reservations whole, draining ones only
-        for their ``draining_share``, its own (``include_own``: counted as room) nothing."""
+        on ``node`` keep from ``for_gang`` (a pod of ``priority``): other gangs' admitted reservations
+        whole, draining ones only for their ``draining_share`` and only from pods of their priority or
+        lower, its own (``include_own``: counted as room) nothing."""
         reserved = self._on_node.get(node)
         if not reserved:
             return
@@ -131,7 +145,7 @@ class Reservations:
         for gang, amount in reserved.items():
             mine = gang == for_gang and include_own
             if gang in self._draining:
-                if not mine:
+                if not mine and self._holds_off(gang, priority):
                     add_into(drains, amount)
             elif mine:
                 own = amount
@@ -141,13 +155,13 @@ class Reservations:
             left = free.get(resource, 0)
             free[resource] = left - draining_share(left - own.get(resource, 0), drained)
 
-    def cpu_left(self, node: str, cpu: int, for_gang: GangKey | None) -> int:
+    def cpu_left(self, node: str, cpu: int, for_gang: GangKey | None, priority: int | None = None) -> int:
         """``take_from`` for cpu alone: ``cpu`` free on ``node`` less what its reservations keep."""
         drains = own = 0
         for gang, amount in self._on_node.get(node, {}).items():
             cores = amount.get(CPU, 0)
             if gang in self._draining:
-                drains += cores if gang != for_gang else 0
+                drains += cores if gang != for_gang and self._holds_off(gang, priority) else 0
             elif gang == for_gang:
                 own = cores
             else:

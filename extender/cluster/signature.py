@@ -2,8 +2,9 @@
 
 Owns: deciding which pods are interchangeable for the extender's filter, after KEP-5598's
 opportunistic batching: canonical JSON of the fields that decide feasibility (scheduler name,
-container/init/overhead resources, nodeSelector and node affinity, tolerations, nodeName, host ports,
-volumes other than ConfigMap/Secret/projected/downwardAPI/emptyDir), hashed with blake2b. The gang a
+container/init/overhead resources, nodeSelector and node affinity, tolerations, nodeName, priority (a
+draining reservation holds off only pods of its gang's priority or lower), host ports, volumes other
+than ConfigMap/Secret/projected/downwardAPI/emptyDir), hashed with blake2b. The gang a
 pod belongs to is not part of it: the engine evaluates the nodes holding a gang's own reservation
 outside the cache, so members of different gangs with the same spec share results. Must not: cache
 anything or look at the cluster.
@@ -73,6 +74,7 @@ def signature(pod: Mapping[str, Any]) -> bytes | None:
         "tolerations": sorted(tolerations, key=_canonical_bytes) if isinstance(tolerations, list)
         else tolerations,
         "nodeName": spec.get("nodeName"),
+        "priority": spec.get("priority"),  # a draining reservation holds off only pods of its gang's priority or lower
         "volumes": [{k: v for k, v in vol.items() if k != "name"} for vol in volumes],
     }
     try:

@@ -246,9 +246,11 @@ class Engine(BindingVerbs):
         reason = placement_failure(facts.placement, node)
         if reason is not None:
             return reason
-        lacking = shortfall(requests, self.mirror.free(name, gang))
+        priority = request_record(facts).priority
+        lacking = shortfall(requests, self.mirror.free(name, gang, priority=priority))
         if lacking is not None:
-            if shortfall(requests, self.mirror.free(name, gang, include_own_reservation=False)) is None:
+            if shortfall(requests, self.mirror.free(name, gang, include_own_reservation=False,
+                                                    priority=priority)) is None:
                 return f"Insufficient {lacking}"
             without_reservations = dict(node.allocatable)
             for resource, amount in self.mirror.used(name).items():

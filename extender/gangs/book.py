@@ -350,7 +350,7 @@ class GangBook:
 
     def _room_error(self, pod: PodRecord, node: str, gang: GangKey | None) -> str:
         """Why ``pod`` has no room on known node ``node`` now; "" if it has."""
-        free = self.mirror.free(node, gang)
+        free = self.mirror.free(node, gang, priority=pod.priority)
         lacking = shortfall(pod.requests, free)
         if lacking is None:
             return ""

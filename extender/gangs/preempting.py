@@ -191,7 +191,7 @@ class GangPreemption(GangQueue):
 
     def _start_preemption(self, state: GangState, choice: victims.Preemption, now: float) -> None:
         gang = state.gang
-        self.mirror.reserve(gang, choice.placement.plan.slots, draining=True)
+        self.mirror.reserve(gang, choice.placement.plan.slots, draining=True, priority=state.priority)
         state.drain, state.drain_since = PREEMPTING, now
         self._victims[gang] = choice.victims
         state.victims = frozenset(p.uid for unit in choice.victims for p in unit.pods)

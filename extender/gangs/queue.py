@@ -237,7 +237,7 @@ class GangQueue(GangExpiry):
                                         self.levels_for(state.constraint), bound_nodes=self.placed_nodes(placed))
         if not placement.plan.complete:
             return  # not even an empty cluster (less other gangs' reservations) holds it: nothing to drain
-        self.mirror.reserve(gang, placement.plan.slots, draining=True)
+        self.mirror.reserve(gang, placement.plan.slots, draining=True, priority=state.priority)
         state.drain, state.drain_since = DRAINING, now
         nodes = sorted(placement.plan.per_node())
         waited = now - (state.waiting_since or now)

@@ -60,6 +60,8 @@ def test_a_topology_installed_after_start_decides_the_preferred_fallback(cluster
     create(cp, *gang_members(ns, "pref", 3, 3, "3", {PREFERRED: RACK}))  # 3 x 3 cpu: a rack (2 x 4 cpu) holds 2
     placed = all_bound(cp, ns, "pref-", 3, set(nodes))
     assert len(values(nodes, placed, BLOCK)) == 1, placed
+    wait_for(lambda: bool(events(cp, ns, "GangTopologyFallback")), timeout=30,
+             what="a GangTopologyFallback event (Events are written by a background thread)")
     fallback = [e["message"] for e in events(cp, ns, "GangTopologyFallback")]
     assert fallback and f"no {RACK} domain could hold it" in fallback[0] and f"{BLOCK}=" in fallback[0], fallback
     assert ext.ready()  # the Topology watch is not part of readiness; the gang APIs' watches are unchanged

@@ -112,6 +112,8 @@ def test_preferred_rack_that_no_rack_holds_lands_in_one_block(cluster: dict[str,
     placed = all_bound(cp, ns, "pref-", 3, set(nodes))
     assert len(values(nodes, placed, BLOCK)) == 1, placed
     assert len(values(nodes, placed, RACK)) == 2, placed
+    wait_for(lambda: bool(events(cp, ns, "GangTopologyFallback")), timeout=30,
+             what="a GangTopologyFallback event (Events are written by a background thread)")
     fallback = [e["message"] for e in events(cp, ns, "GangTopologyFallback")]
     assert fallback and f"no {RACK} domain could hold it" in fallback[0] and f"{BLOCK}=" in fallback[0], fallback
 

@@ -299,3 +299,19 @@ def test_free_cpu_by_node_is_the_cpu_of_free(m: ClusterMirror) -> None:
         assert m.free_cpu_by_node(gang) == {name: m.free(name, gang).get("cpu", 0) for name in m.nodes}
     assert m.free_cpu_by_node(None) == {"n1": 0, "n2": 2500, "n3": -1000, "no-cpu": 0}
     assert m.free_cpu_by_node(a) == {"n1": 2000, "n2": 2500, "n3": -1000, "no-cpu": 0}
+
+
+def test_a_draining_reservation_holds_off_only_pods_of_its_priority_or_lower(m: ClusterMirror) -> None:
+    """The drain is the head gang's turn in the order: a pod of higher priority than that gang goes
+    first, as it would in the order; equal and lower ones wait behind it. Admitted reservations hold
+    off every priority."""
+    drainer = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "drainer"))
+    admitted = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "admitted"))
+    m.reserve(drainer, [("n1", {"cpu": 3000})], draining=True, priority=100)
+    assert m.free("n1", None)["cpu"] == 1000  # no pod in particular: held off
+    assert m.free("n1", None, priority=100)["cpu"] == 1000 and m.free("n1", None, priority=-5)["cpu"] == 1000
+    assert m.free("n1", None, priority=101)["cpu"] == 4000
+    m.trim_reservation(drainer, 1)  # resizing keeps the priority it drains for
+    assert m.free("n1", None, priority=100)["cpu"] == 1000 and m.free("n1", None, priority=101)["cpu"] == 4000
+    m.reserve(admitted, [("n1", {"cpu": 1000})])
+    assert m.free("n1", None, priority=10**6)["cpu"] == 3000 and m.free("n1", None, priority=100)["cpu"] == 0

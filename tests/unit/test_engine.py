@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from extender.cluster.model import GangKey, GroupKind, GroupRef
 from extender.engine.requests import FilterResult
 from tests.builders import (
     Harness,
@@ -221,6 +222,22 @@ def test_non_gang_pods_cannot_use_reserved_capacity(h: Harness) -> None:
     # A pod that would not fit even without the reservation gets the plain message.
     huge = pod("huge", cpu="5")
     assert h.engine.filter(filter_args(huge, NODES4)) == resolvable(NODES4, "Insufficient cpu")
+
+
+def test_a_draining_reservation_holds_off_plain_pods_up_to_its_gangs_priority(h: Harness) -> None:
+    """A drain (the head gang's turn) keeps freed capacity from pods of its priority or lower, in filter
+    and at bind; a pod of higher priority goes first. Same spec, other priority: not one cached result."""
+    nodes(h, NODES4)
+    drainer = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "drainer"))
+    h.mirror.reserve(drainer, [(n, {"cpu": 3000}) for n in NODES4], draining=True, priority=100)
+    same, higher = pod("same", cpu="2"), pod("higher", cpu="2")
+    same["spec"]["priority"], higher["spec"]["priority"] = 100, 101
+    h.add(same, higher)
+    assert h.engine.filter(filter_args(same, NODES4)) == resolvable(
+        NODES4, "Insufficient cpu: capacity is reserved for other gangs")
+    assert h.engine.filter(filter_args(higher, NODES4)) == FilterResult(NODES4, {}, {})
+    assert "no longer has room" in h.engine.bind(bind_args(same, "n1"))
+    assert h.engine.bind(bind_args(higher, "n1")) == ""
 
 
 def test_admitted_members_are_steered_to_reserved_nodes(h: Harness) -> None:

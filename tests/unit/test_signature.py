@@ -105,7 +105,6 @@ def test_signature_is_deterministic() -> None:
         _set("spec.volumes.0", {"name": "scratch", "emptyDir": {}}),
         _set("spec.volumes.1", {"name": "renamed", "persistentVolumeClaim": {"claimName": "data-web-1"}}),
         _set("spec.serviceAccountName", "robot"),
-        _set("spec.priority", 1000),
         _set("spec.affinity", {"nodeAffinity": None}),
     ],
 )
@@ -143,6 +142,7 @@ def test_config_and_secret_volumes_are_ignored_entirely() -> None:
         _set("spec.tolerations", [{"key": "a", "operator": "Exists", "effect": "NoSchedule"}]),
         _set("spec.tolerations.1.value", "y"),
         _set("spec.nodeName", "node-1"),
+        _set("spec.priority", 1000),  # a draining reservation holds off only pods up to its priority
         _set("spec.volumes.1.persistentVolumeClaim.claimName", "data-web-2"),  # PVC volumes count
         _delete("spec.volumes"),
         _append("spec.volumes", {"name": "host", "hostPath": {"path": "/data"}}),
