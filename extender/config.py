@@ -62,6 +62,7 @@ class Settings:
     max_wait_seconds: float = 300.0        # the head gang's wait before capacity drains for it
     max_evictions_per_minute: int = 60     # preemption victims evicted at most this often (a token bucket)
     preemption: str = "on"                 # gang-aware preemption by the head gang: on or off
+    bind_mode: str = "barrier"             # barrier: gang-extender binds; filter-gated: another binder does
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -89,6 +90,12 @@ _HELP = {
     "preemption": "on: the first gang in the admission order, when it does not fit on free capacity, evicts "
                   "lower-priority gangs (whole) and pods through the Eviction API, within PodDisruptionBudgets "
                   "and --max-evictions-per-minute; off: gang-extender never evicts anything",
+    "bind_mode": "barrier: gang-extender is kube-scheduler's binder (bindVerb) and holds each member's bind until "
+                 "its gang's quorum can be bound together (never a partial gang); filter-gated: another binder "
+                 "binds (no bindVerb: kube-scheduler's own, or another extender's), members pass filter only once "
+                 "their gang is admitted, each to one reserved place; no bind-time barrier, so a member whose "
+                 "bind fails after others bound leaves a partly bound gang (told, then the rest planned again; "
+                 "docs/deploy.md)",
     "cache_size": "filter cache capacity in node verdicts summed over all signatures (an entry weighs one per "
                   "node it knows; ~150 bytes each); 0 disables the cache",
     "cache_ttl_seconds": "backstop lifetime of a filter cache entry",
@@ -258,6 +265,8 @@ def _value_problems(settings: Settings) -> list[str]:
         problems.append("scheduler-names must name at least one scheduler")
     if not 1 <= settings.watch_stale_seconds <= 3600:  # also rejects nan
         problems.append(f"watch-stale-seconds must be 1..3600, got {settings.watch_stale_seconds}")
+    if settings.bind_mode not in ("barrier", "filter-gated"):
+        problems.append(f"bind-mode must be barrier or filter-gated, got {settings.bind_mode!r}")
     if settings.preemption not in ("on", "off"):
         problems.append(f"preemption must be on or off, got {settings.preemption!r}")
     if settings.group_status not in ("on", "off"):

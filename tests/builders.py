@@ -242,14 +242,16 @@ def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0,
                 cache_ttl: float = 300.0, clock: FakeClock | None = None, binder: FakeBinder | None = None,
                 bind_to_mirror: bool = False, bind_parallelism: int = 8,
                 release_log: ReleaseLog | None = None, topology_levels: Sequence[str] = (),
-                levels_for: Callable[[TopologyConstraint], tuple[str, ...]] | None = None) -> Harness:
+                levels_for: Callable[[TopologyConstraint], tuple[str, ...]] | None = None,
+                filter_gated: bool = False) -> Harness:
     """Mirror + FilterCache + GangLedger(fake clock, event log) + Engine(fake binder)."""
     clock = clock or FakeClock()
     mirror = ClusterMirror()
     cache = FilterCache(cache_size, cache_ttl)
     events = EventLog()
     ledger = GangLedger(mirror, timeout_seconds=timeout_seconds, backoff_seconds=backoff_seconds, clock=clock,
-                        on_event=events, topology_levels=topology_levels, levels_for=levels_for)
+                        on_event=events, topology_levels=topology_levels, levels_for=levels_for,
+                        filter_gated=filter_gated)
     binder = binder or FakeBinder()
     if bind_to_mirror:
         binder.mirror = mirror

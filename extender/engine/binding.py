@@ -67,6 +67,9 @@ class BindingVerbs:
         ``arrival``: when the request reached the process (engine clock; default now). The answer, and
         every Binding made for it, comes before ``arrival`` + the caller's timeout."""
         arrival = self.clock() if arrival is None else arrival
+        if self.ledger.filter_gated:
+            return (f"pod {args.pod_namespace}/{args.pod_name} was not bound: gang-extender runs filter-gated "
+                    "(--bind-mode filter-gated) and never binds; remove bindVerb from its extenders entry")
         pod = self.mirror.pod(args.pod_namespace, args.pod_name)
         if pod is None:
             time_left = arrival + self.ledger.hold_seconds - self.clock()

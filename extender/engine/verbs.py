@@ -134,6 +134,12 @@ class Engine(BindingVerbs):
         names = args.node_names
         own = self._own_reservation_verdicts(names, facts, gang)
         steered = [node for node, verdict in own.items() if verdict == FIT_RESERVED]
+        if steered and gang is not None and self.ledger.filter_gated:
+            steered.sort(key=names.index)
+            steered = self.ledger.claim(gang, request_record(facts), steered)
+            if not steered:  # every place is claimed by another member: only free capacity outside it
+                claimed = f"its place in gang {gang}'s reservation is claimed by another member being bound"
+                own = {n: claimed if verdict == FIT_RESERVED else verdict for n, verdict in own.items()}
         if steered:
             steered.sort(key=names.index)  # in the request's order (a few C-level scans)
             self.steered += 1

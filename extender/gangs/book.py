@@ -186,6 +186,7 @@ class GangBook:
         state.deadline = None
         state.held_ever = set()
         state.domain = None
+        state.claims, state.bound_seen = {}, 0
         self.mirror.reserve(state.gang, ())
         if had_reservation:
             self._capacity_freed()

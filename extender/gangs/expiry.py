@@ -74,9 +74,7 @@ class GangExpiry(GangBook):
                 if any(now >= h.answer_by for h in waiting):
                     self._recycle(state, waiting, now)
                 return
-            message = (f"gang {gang} timed out after {self.timeout_for(state.policy):g}s with "
-                       f"{len(waiting)} member(s) held of {state.policy.min_count} needed; "
-                       "released its reservation and backing off") + self._judge_offers(state)
+            message = self._timeout_message(state, waiting)
             for hold in waiting:
                 self._answer(state, hold, message)
             self._reset(state)
@@ -89,6 +87,12 @@ class GangExpiry(GangBook):
             log.warning("%s", message)
             self.on_event(self.mirror.members(gang), "Warning", "GangTimeout", message)
             self.on_status(gang, GangStatus(GangPhase.WAITING, message, 0, state.policy.min_count))
+
+    def _timeout_message(self, state: GangState, waiting: list[Hold]) -> str:
+        """What a timed-out attempt tells (and whatever else it must tell, for the gated mode)."""
+        return (f"gang {state.gang} timed out after {self.timeout_for(state.policy):g}s with "
+                f"{len(waiting)} member(s) held of {state.policy.min_count} needed; "
+                "released its reservation and backing off") + self._judge_offers(state)
 
     def note_offered(self, gang: GangKey, offered: Iterable[str]) -> None:
         """A member's filter request offered these of the gang's reserved nodes (kube-scheduler sends only

@@ -33,7 +33,7 @@ from extender.cluster.model import (
 from extender.cluster.quantity import CPU
 from extender.gangs import explanation, planner, rules, topology
 from extender.gangs.book import MAX_BLOCKED
-from extender.gangs.preempting import GangPreemption
+from extender.gangs.gated import FilterGate
 from extender.gangs.state import GangState, Hold
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class BindDecision:
     error: str = ""
 
 
-class GangLedger(GangPreemption):
+class GangLedger(FilterGate):
     """Admission and the bind barrier, over the clock and the book."""
 
     # ----------------------------------------------------------------------------- admission

@@ -1,7 +1,7 @@
 """GangState and Hold: what the ledger keeps per gang and per held bind (plain data, no behaviour).
 
 Owns: the fields only. Must not: decide anything, lock or call out: the ledger's layers (``book``,
-``expiry``, ``queue``, ``ledger``) read and change these under the mirror's lock.
+``expiry``, ``queue``, ``preempting``, ``gated``, ``ledger``) read and change these under the mirror's lock.
 """
 
 from __future__ import annotations
@@ -59,3 +59,6 @@ class GangState:
     drain_since: float | None = None
     victims: frozenset[str] = frozenset()  # while preempting: the uids of the pods being evicted for it
     preempt_note: str = ""  # why its last victim search found no victims ("": none tried, or it found some)
+    # the filter-gated mode (``gated``)
+    claims: dict[str, str] = field(default_factory=dict)  # member uid -> the reserved node its filter steers it to
+    bound_seen: int = 0  # members bound in this attempt as last counted (more: progress, the deadline moves)

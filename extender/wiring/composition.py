@@ -80,14 +80,16 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
         status = StatusWriter(status_writer(mirror, apply_status))
     reports = GangReports(mirror, events, status)
     served = config.scheduler_names(settings)
+    gated = settings.bind_mode == "filter-gated"  # no held binds: no thread budget, no release on the Lease
+    runtime: Runtime  # assigned below; the ledger's preemption_problem reads it
     ledger = GangLedger(mirror, timeout_seconds=settings.gang_timeout_seconds,
                         backoff_seconds=settings.gang_backoff_seconds, on_event=reports.on_event,
                         max_wait_seconds=settings.max_wait_seconds,
                         on_wake=waker.wake, on_status=reports.on_status,
-                        max_held_binds=held_bind_budget(settings.threads),
+                        max_held_binds=None if gated else held_bind_budget(settings.threads), filter_gated=gated,
                         hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds,
                         max_release_members=(settings.release_intents_max_bytes // INTENT_BYTES_PER_MEMBER
-                                             if settings.leader_election == "on" else None),
+                                             if settings.leader_election == "on" and not gated else None),
                         topology_levels=levels.static, levels_for=levels.levels_for,
                         serves=lambda pod: pod.scheduler_name in served,
                         preemption=evictor is not None and settings.preemption == "on", budgets=budgets.allowed,

@@ -46,7 +46,8 @@ def test_field_names() -> None:
                                       "client_timeout_seconds", "max_full_nodes_body_bytes",  # issue 11
                                       "request_buffer_bytes", "topology_levels",  # issue 12
                                       "max_wait_seconds",  # issue 13
-                                      "max_evictions_per_minute", "preemption"]
+                                      "max_evictions_per_minute", "preemption",
+                                      "bind_mode"]  # issue 14
 
 
 @pytest.mark.parametrize(("args", "problem"), [
@@ -160,6 +161,7 @@ def test_config_error_lists_every_problem_at_once(tmp_path: Path) -> None:
         ({"max_evictions_per_minute": "-3"}, "max-evictions-per-minute must be > 0, got -3"),
         ({"max_evictions_per_minute": "1.5"}, "--max-evictions-per-minute: expected an integer, got '1.5'"),
         ({"preemption": "maybe"}, "preemption must be on or off, got 'maybe'"),
+        ({"bind_mode": "gated"}, "bind-mode must be barrier or filter-gated, got 'gated'"),
         ({"threads": "0"}, "threads must be 1..10000, got 0"),
         ({"threads": "10001"}, "threads must be 1..10000, got 10001"),
         ({"bind_parallelism": "0"}, "bind-parallelism must be 1..256, got 0"),
