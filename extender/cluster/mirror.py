@@ -161,8 +161,8 @@ class ClusterMirror:
                     self.delete_pod(stale)
             if record.node_name and self._assumed.get(record.uid) == record.node_name:
                 del self._assumed[record.uid]  # the bind we made is now visible
-            elif (record.node_name and record.gang is not None and record.uid not in self._assumed
-                  and not (old is not None and old.node_name)):
+            elif (record.node_name and record.gang is not None and not record.terminal
+                  and record.uid not in self._assumed and not (old is not None and old.node_name)):
                 # Bound by another binder (filter-gated mode, or a foreign bind): the member takes one of
                 # its gang's reserved places, which must not be counted twice.
                 self._reservations.use(record.gang, record.node_name, record.requests)

@@ -137,8 +137,9 @@ class Engine(BindingVerbs):
         if steered and gang is not None and self.ledger.filter_gated:
             steered.sort(key=names.index)
             steered = self.ledger.claim(gang, request_record(facts), steered)
-            if not steered:  # every place is claimed by another member: only free capacity outside it
-                claimed = f"its place in gang {gang}'s reservation is claimed by another member being bound"
+            if not steered:  # no place left for it: only free capacity outside the reservation
+                claimed = (f"no place in gang {gang}'s reservation is left for it (the others are claimed by members "
+                           "being bound, or gang-extender has not seen this pod yet)")
                 own = {n: claimed if verdict == FIT_RESERVED else verdict for n, verdict in own.items()}
         if steered:
             steered.sort(key=names.index)  # in the request's order (a few C-level scans)

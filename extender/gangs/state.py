@@ -60,5 +60,6 @@ class GangState:
     victims: frozenset[str] = frozenset()  # while preempting: the uids of the pods being evicted for it
     preempt_note: str = ""  # why its last victim search found no victims ("": none tried, or it found some)
     # the filter-gated mode (``gated``)
-    claims: dict[str, str] = field(default_factory=dict)  # member uid -> the reserved node its filter steers it to
+    claims: dict[str, tuple[str, float]] = field(default_factory=dict)  # member uid -> (reserved node its filter
+    # steers it to, when it first claimed it)
     bound_seen: int = 0  # members bound in this attempt as last counted (more: progress, the deadline moves)

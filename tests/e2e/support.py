@@ -201,6 +201,8 @@ class Sampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
+        with contextlib.suppress(Exception):  # a last sample: what the test waited for, seen here too
+            self.samples.append((time.monotonic(), bound(self.cp, self.namespace)))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -283,6 +285,26 @@ def all_bound(cp: ControlPlane, ns: str, prefix: str, count: int, nodes: set[str
     return placed
 
 
+def _recorded(record_path: Path) -> Iterator[dict[str, Any]]:
+    """The extender's recorded exchanges (``--record-file``) that were answered 200, in order."""
+    if not record_path.exists():
+        return
+    for line in record_path.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            # A line a kill -9 cut short (recordings written before lines went out in one write). A
+            # lost filter record can only make a bind look unverified, never hide a wrong one.
+            continue
+        if entry["status"] == 200 and isinstance(entry["request"], dict):
+            yield entry
+
+
+def _feasible(entry: dict[str, Any]) -> tuple[tuple[str, str], set[str]]:
+    meta = entry["request"]["Pod"]["metadata"]
+    return (meta["namespace"], meta["name"]), set(entry["reply"]["NodeNames"] or [])
+
+
 def binds_outside_filter_replies(record_path: Path) -> list[str]:
     """Successful binds whose node was not feasible in the extender's last filter reply for that pod.
 
@@ -291,26 +313,24 @@ def binds_outside_filter_replies(record_path: Path) -> list[str]:
     """
     feasible: dict[tuple[str, str], set[str]] = {}
     problems: list[str] = []
-    if not record_path.exists():
-        return problems
-    for line in record_path.read_text(errors="replace").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            # A line a kill -9 cut short (recordings written before lines went out in one write). A
-            # lost filter record can only make a bind look unverified, never hide a wrong one.
-            continue
+    for entry in _recorded(record_path):
         request, reply = entry["request"], entry["reply"]
-        if entry["status"] != 200 or not isinstance(request, dict):
-            continue
         if entry["verb"] == "filter":
-            meta = request["Pod"]["metadata"]
-            feasible[(meta["namespace"], meta["name"])] = set(reply["NodeNames"] or [])
+            key, nodes = _feasible(entry)
+            feasible[key] = nodes
         elif entry["verb"] == "bind" and not reply["Error"]:
             key = (request["PodNamespace"], request["PodName"])
             if request["Node"] not in feasible.get(key, set()):
                 problems.append(f"{key[0]}/{key[1]} bound to {request['Node']}, filter said {feasible.get(key)}")
     return problems
+
+
+def placements_outside_filter_replies(record_path: Path, placements: Mapping[tuple[str, str], str]) -> list[str]:
+    """Pods (namespace, name) -> node placed by another binder whose node was not feasible in the
+    extender's last filter reply for that pod (the filter-gated mode, where binds do not pass through it)."""
+    feasible = dict(_feasible(e) for e in _recorded(record_path) if e["verb"] == "filter")
+    return [f"{ns}/{name} bound to {node}, filter said {feasible.get((ns, name))}"
+            for (ns, name), node in sorted(placements.items()) if node not in feasible.get((ns, name), set())]
 
 
 def overcommitted_nodes(cp: ControlPlane) -> list[str]:

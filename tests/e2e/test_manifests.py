@@ -124,7 +124,7 @@ def test_every_manifest_is_accounted_for() -> None:
     inv = INVENTORY
     assert inv["loose_api_objects"] == [MANIFESTS / "default-scheduler" / "gang-extender-static-pod.yaml"], inv
     assert sorted(_rel(p) for p in inv["scheduler_configs"]) == [
-        "default-scheduler/kube-scheduler-config.yaml", "scheduler-config.yaml",
+        "default-scheduler/kube-scheduler-config.yaml", "scheduler-config-filter-gated.yaml", "scheduler-config.yaml",
         "second-scheduler-tls/kube-scheduler-config.yaml", "second-scheduler/kube-scheduler-config.yaml"]
     assert [_rel(p) for p in inv["kind_configs"]] == ["kind/kind-config.yaml"]
     assert sorted(_rel(d) for d in inv["kustomize_dirs"]) == [
@@ -143,10 +143,13 @@ def test_scheduler_configurations_agree(k8s_bin_dir: Path) -> None:
     binds are answered before it), and every scheduler's pod back-off is shorter than a hold."""
     reference = _extenders(_docs(MANIFESTS / "scheduler-config.yaml")[0])
     assert len(reference) == 1 and reference[0]["bindVerb"] == "bind" and reference[0]["ignorable"] is False
+    # The filter-gated configuration differs in one thing: another binder binds (no bindVerb).
+    gated = [{k: v for k, v in e.items() if k != "bindVerb"} for e in reference]
     for path in INVENTORY["scheduler_configs"]:
         (config,) = _docs(path)
         assert config["kind"] == "KubeSchedulerConfiguration"
-        assert [_without_tls(e) for e in _extenders(config)] == reference, \
+        expected = gated if path.name == "scheduler-config-filter-gated.yaml" else reference
+        assert [_without_tls(e) for e in _extenders(config)] == expected, \
             f"{path}: extenders differ from manifests/scheduler-config.yaml"
         hold = _seconds(reference[0]["httpTimeout"]) - Settings().bind_answer_margin_seconds
         assert config.get("podMaxBackoffSeconds", 10) < hold, f"{path}: recycled members would miss their siblings"

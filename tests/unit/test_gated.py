@@ -54,7 +54,7 @@ def test_each_member_is_steered_to_one_place_of_its_own(h: Harness) -> None:
     extra = pod("a-4", cpu="3", pod_group="a")
     h.add(extra)
     result = h.engine.filter(filter_args(extra, NODES))
-    assert result.feasible == [] and all("claimed by another member" in m for m in result.failed.values())
+    assert result.feasible == [] and all("claimed by members being bound" in m for m in result.failed.values())
 
 
 def test_a_claimed_place_not_offered_is_given_up_for_a_free_one(h: Harness) -> None:
@@ -144,3 +144,167 @@ def test_plain_pods_are_filtered_as_in_the_barrier_mode(h: Harness) -> None:
     h.engine.filter(filter_args(gang[0], NODES))  # admits: 3 cpu reserved on every node
     assert h.engine.filter(filter_args(pod("web", cpu="1"), NODES)) == FilterResult(NODES, {}, {})
     assert h.engine.filter(filter_args(pod("batch", cpu="2"), NODES)).feasible == []
+
+
+def gang_key(h: Harness, name: str) -> Any:
+    key = h.mirror.pod("default", name).gang  # type: ignore[union-attr]
+    assert key is not None
+    return key
+
+
+def test_a_gang_bound_whole_just_before_its_deadline_completes_not_partly_bound(h: Harness) -> None:
+    """Both members are bound 0.5 s before the 30 s deadline and the next sweep (the 1 s tick) comes
+    after it: the binds are followed before the clock is read, so the gang completes, whole."""
+    gang = members("a", 2)
+    h.add(coscheduling_podgroup("a", 2), *gang)
+    places = [h.engine.filter(filter_args(m, NODES)).feasible[0] for m in gang]
+    key = gang_key(h, "a-0")
+    h.clock.advance(29.5)
+    bind_elsewhere(h, gang[0], places[0])
+    bind_elsewhere(h, gang[1], places[1])
+    h.clock.advance(1.0)
+    h.ledger.sweep()
+    assert "GangPartiallyBound" not in h.events.reasons()
+    assert h.ledger.counters["timeouts"] == 0
+    assert h.ledger.state(key).completed == 1  # type: ignore[union-attr]
+
+
+def test_a_bind_seen_before_the_deadline_moves_it_even_if_the_sweep_comes_after(h: Harness) -> None:
+    """A member bound at 29.5 s is progress made before the deadline: the sweep at 30.5 s sees it first."""
+    gang = members("a", 3)
+    h.add(coscheduling_podgroup("a", 3), *gang)
+    places = [h.engine.filter(filter_args(m, NODES)).feasible[0] for m in gang]
+    h.clock.advance(29.5)
+    bind_elsewhere(h, gang[0], places[0])
+    h.clock.advance(1.0)
+    h.ledger.sweep()
+    assert h.ledger.counters["timeouts"] == 0
+
+
+def test_a_claim_made_before_the_pod_watch_saw_the_member_keeps_its_place(h: Harness) -> None:
+    """Three members, minCount 2; kube-scheduler filters a-0 before gang-extender's pod watch delivered
+    it. a-0 claims nothing (its claim could not be counted by others); once the watch delivers it, it
+    and a-1 are sent to different places (a 4-cpu node holds one 3-cpu member)."""
+    gang = members("a", 3)
+    h.add(coscheduling_podgroup("a", 2), gang[1], gang[2])  # a-0 not seen by the pod watch yet
+    first = h.engine.filter(filter_args(gang[0], NODES)).feasible
+    second = h.engine.filter(filter_args(gang[1], NODES)).feasible
+    h.add(gang[0])
+    again = (h.engine.filter(filter_args(gang[0], NODES)).feasible,
+             h.engine.filter(filter_args(gang[1], NODES)).feasible)
+    assert first != second and again[0] != again[1], (first, second, again)
+
+
+def test_claims_are_not_kept_for_uids_the_mirror_never_saw(h: Harness) -> None:
+    """Filter requests naming a gang with made-up uids leave no claims: only pods the mirror holds claim."""
+    gang = members("a", 2)
+    h.add(coscheduling_podgroup("a", 2), *gang)
+    h.engine.filter(filter_args(gang[0], NODES))
+    key = gang_key(h, "a-0")
+    for i in range(500):
+        ghost = pod(f"ghost-{i}", cpu="3", pod_group="a")
+        h.engine.filter(filter_args(ghost, NODES))
+    assert len(h.ledger.state(key).claims) <= 2  # type: ignore[union-attr]
+
+
+def test_a_replan_after_a_timeout_does_not_steer_the_stuck_member_to_the_same_place(h: Harness) -> None:
+    """An extender after gang-extender rejects a-0's claimed node every time (a device gang-extender
+    does not model): at the timeout the place a-0 was sent to and never bound joins the nodes the next
+    plans avoid, so after the back-off a-0 is sent elsewhere."""
+    gang = members("a", 2)
+    h.add(coscheduling_podgroup("a", 2), *gang)
+    stuck = h.engine.filter(filter_args(gang[0], NODES)).feasible
+    other = h.engine.filter(filter_args(gang[1], NODES)).feasible
+    bind_elsewhere(h, gang[1], other[0])
+    h.ledger.sweep()
+    for _ in range(10):  # kube-scheduler retries a-0; the extender after gang-extender rejects it
+        h.clock.advance(2.9)
+        assert h.engine.filter(filter_args(gang[0], NODES)).feasible == stuck
+    h.clock.advance(31)
+    h.ledger.sweep()
+    assert h.ledger.counters["partially_bound"] == 1
+    h.clock.advance(11)
+    again = h.engine.filter(filter_args(gang[0], NODES)).feasible
+    assert again != stuck, (stuck, again)
+
+
+def test_a_member_whose_bind_lands_after_the_timeout_completes_the_gang(h: Harness) -> None:
+    """a-1 passed filter before the timeout and its bind lands after it (a slow binder, or a PreBind
+    such as volume binding): the gang is whole, and is told so (GangBound, completed)."""
+    gang = members("a", 2)
+    h.add(coscheduling_podgroup("a", 2), *gang)
+    places = [h.engine.filter(filter_args(m, NODES)).feasible[0] for m in gang]
+    key = gang_key(h, "a-0")
+    h.clock.advance(20)
+    bind_elsewhere(h, gang[0], places[0])
+    h.ledger.sweep()
+    h.clock.advance(31)
+    h.ledger.sweep()
+    assert h.ledger.counters["partially_bound"] == 1
+    h.clock.advance(1)
+    bind_elsewhere(h, gang[1], places[1])  # in flight at the timeout
+    for _ in range(20):
+        h.clock.advance(1)
+        h.ledger.sweep()
+    state = h.ledger.state(key)
+    assert state is not None and state.completed == 1, state.last_message
+    assert "GangBound" in h.events.reasons()
+
+
+def test_a_place_claimed_by_a_member_in_flight_is_not_reserved_for_another_gang_at_the_timeout(h: Harness) -> None:
+    """A member that passed filter to its claimed place may still be in kube-scheduler's binding cycle:
+    the gang is not timed out (and the place not given to another gang) until ``hold_seconds`` after
+    its member was last sent there."""
+    a = members("a", 2)
+    h.add(coscheduling_podgroup("a", 2), *a)
+    places = [h.engine.filter(filter_args(m, NODES)).feasible[0] for m in a]
+    key = gang_key(h, "a-0")
+    h.clock.advance(20)
+    bind_elsewhere(h, a[0], places[0])
+    h.ledger.sweep()  # progress: the deadline is 50 s
+    h.clock.advance(25)
+    assert h.engine.filter(filter_args(a[1], NODES)).feasible == [places[1]]  # retried at 45 s, sent again
+    h.clock.advance(6)
+    h.ledger.sweep()  # past the deadline, but a-1 may be being bound
+    assert h.ledger.counters["timeouts"] == 0 and h.mirror.reserved_count(key) == 1
+    b = members("b", 3)
+    h.add(coscheduling_podgroup("b", 3), *b)
+    h.engine.filter(filter_args(b[0], NODES))
+    b_key = gang_key(h, "b-0")
+    assert h.mirror.reserved_count(b_key) == 0  # b needs the place a-1 was sent to: not while it may land
+    h.clock.advance(23)  # 29 s (hold_seconds) after a-1 was last sent: given up
+    h.ledger.sweep()
+    assert h.ledger.counters["timeouts"] == 1 and h.mirror.reserved_count(key) == 0
+    h.engine.filter(filter_args(b[0], NODES))
+    assert places[1] in {at for at, _ in h.mirror.reserved_slots(b_key)}
+
+
+def test_a_small_members_claim_does_not_shut_a_big_member_out_of_its_own_place() -> None:
+    """One 8-cpu node holds the gang's two places (5 cpu and 2 cpu): the small member's claim takes the
+    small place, and the big member still has its own."""
+    h = make_engine(timeout_seconds=30.0, backoff_seconds=10.0, filter_gated=True)
+    try:
+        h.add(node("n1", cpu="8"))
+        big, small = pod("a-big", cpu="5", pod_group="a"), pod("a-small", cpu="2", pod_group="a")
+        h.add(coscheduling_podgroup("a", 2), big, small)
+        assert h.engine.filter(filter_args(small, ["n1"])).feasible == ["n1"]
+        assert h.engine.filter(filter_args(big, ["n1"])).feasible == ["n1"]
+    finally:
+        h.close()
+
+
+def test_barrier_a_finished_member_first_seen_bound_takes_no_reserved_place() -> None:
+    """Barrier mode: a gang member first seen already bound and finished (a relist after a watch gap)
+    takes no reserved place: a terminal pod is neither a member nor placed."""
+    h = make_engine(timeout_seconds=30.0, backoff_seconds=10.0)
+    try:
+        h.add(*(node(name, cpu="4") for name in NODES))
+        gang = members("a", 2)
+        h.add(coscheduling_podgroup("a", 2), *gang)
+        h.engine.filter(filter_args(gang[0], NODES))
+        key = gang_key(h, "a-0")
+        assert h.mirror.reserved_count(key) == 2
+        h.add(pod("a-old", cpu="3", pod_group="a", node="n4", phase="Failed"))
+        assert h.mirror.reserved_count(key) == 2
+    finally:
+        h.close()
