@@ -371,7 +371,8 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
     """One configuration on a fresh control plane. ``gang-extender:--flag=value,...`` adds serve flags;
     the pseudo-flag ``prioritize`` adds the extender's prioritize verb to kube-scheduler's configuration
     (the shipped one has only filter and bind), ``bind-only`` removes its filter verb (for
-    ``noop-extender``: what the bind round trip alone costs; gang-extender is not meant to run so)."""
+    ``noop-extender``: what the bind round trip alone costs; gang-extender is not meant to run so);
+    ``--bind-mode=filter-gated`` also removes its bind verb (manifests/scheduler-config-filter-gated.yaml)."""
     config, _, flags = config.partition(":")
     words = flags.replace("=", " ").replace(",", " ").split()
     prioritize = "prioritize" in words
@@ -410,6 +411,9 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
             if bind_only:  # kube-scheduler calls the extender only to bind
                 for extender in scheduler.get("extenders", []):
                     extender.pop("filterVerb", None)
+            if "filter-gated" in extender_args:  # --bind-mode filter-gated: kube-scheduler's own binder binds
+                for extender in scheduler.get("extenders", []):
+                    extender.pop("bindVerb", None)
             watch = wl.BindWatch(cp)
             backlog_keys = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in backlog.pods]
             try:
