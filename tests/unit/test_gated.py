@@ -37,6 +37,17 @@ def bind_elsewhere(h: Harness, member: dict[str, Any], node_name: str) -> None:
     h.mirror.upsert_pod(bound)
 
 
+def sent_to_places(h: Harness, name: str, count: int) -> tuple[list[dict[str, Any]], list[str], Any]:
+    """A gang of ``count`` members, all filtered once (the first admits it): the members, the place each
+    was sent to, the gang's key."""
+    gang = members(name, count)
+    h.add(coscheduling_podgroup(name, count), *gang)
+    places = [h.engine.filter(filter_args(m, NODES)).feasible[0] for m in gang]
+    key = h.mirror.pod("default", f"{name}-0").gang  # type: ignore[union-attr]
+    assert key is not None
+    return gang, places, key
+
+
 def test_each_member_is_steered_to_one_place_of_its_own(h: Harness) -> None:
     """Admitted, the four members (3 cpu each on 4-cpu nodes) are each sent to a different node: no two
     race for one place, though every node has a place for any of them."""
@@ -96,11 +107,7 @@ def test_a_gang_left_partly_bound_is_told_and_planned_again_around_the_bound(h: 
     """The binder bound two of three and then failed the third until the gang's timeout: the gang is
     partly bound (no barrier in this mode). It is told, its reservation dropped, and after the back-off
     the missing member is planned again alone."""
-    gang = members("a", 3)
-    h.add(coscheduling_podgroup("a", 3), *gang)
-    places = [h.engine.filter(filter_args(m, NODES)).feasible[0] for m in gang]
-    key = h.mirror.pod("default", "a-0").gang  # type: ignore[union-attr]
-    assert key is not None
+    gang, places, key = sent_to_places(h, "a", 3)
     h.clock.advance(20)
     bind_elsewhere(h, gang[0], places[0])
     h.ledger.sweep()
@@ -155,10 +162,7 @@ def gang_key(h: Harness, name: str) -> Any:
 def test_a_gang_bound_whole_just_before_its_deadline_completes_not_partly_bound(h: Harness) -> None:
     """Both members are bound 0.5 s before the 30 s deadline and the next sweep (the 1 s tick) comes
     after it: the binds are followed before the clock is read, so the gang completes, whole."""
-    gang = members("a", 2)
-    h.add(coscheduling_podgroup("a", 2), *gang)
-    places = [h.engine.filter(filter_args(m, NODES)).feasible[0] for m in gang]
-    key = gang_key(h, "a-0")
+    gang, places, key = sent_to_places(h, "a", 2)
     h.clock.advance(29.5)
     bind_elsewhere(h, gang[0], places[0])
     bind_elsewhere(h, gang[1], places[1])
@@ -231,10 +235,7 @@ def test_a_replan_after_a_timeout_does_not_steer_the_stuck_member_to_the_same_pl
 def test_a_member_whose_bind_lands_after_the_timeout_completes_the_gang(h: Harness) -> None:
     """a-1 passed filter before the timeout and its bind lands after it (a slow binder, or a PreBind
     such as volume binding): the gang is whole, and is told so (GangBound, completed)."""
-    gang = members("a", 2)
-    h.add(coscheduling_podgroup("a", 2), *gang)
-    places = [h.engine.filter(filter_args(m, NODES)).feasible[0] for m in gang]
-    key = gang_key(h, "a-0")
+    gang, places, key = sent_to_places(h, "a", 2)
     h.clock.advance(20)
     bind_elsewhere(h, gang[0], places[0])
     h.ledger.sweep()
@@ -255,10 +256,7 @@ def test_a_place_claimed_by_a_member_in_flight_is_not_reserved_for_another_gang_
     """A member that passed filter to its claimed place may still be in kube-scheduler's binding cycle:
     the gang is not timed out (and the place not given to another gang) until ``hold_seconds`` after
     its member was last sent there."""
-    a = members("a", 2)
-    h.add(coscheduling_podgroup("a", 2), *a)
-    places = [h.engine.filter(filter_args(m, NODES)).feasible[0] for m in a]
-    key = gang_key(h, "a-0")
+    a, places, key = sent_to_places(h, "a", 2)
     h.clock.advance(20)
     bind_elsewhere(h, a[0], places[0])
     h.ledger.sweep()  # progress: the deadline is 50 s
