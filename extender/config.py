@@ -93,9 +93,9 @@ _HELP = {
     "bind_mode": "barrier: gang-extender is kube-scheduler's binder (bindVerb) and holds each member's bind until "
                  "its gang's quorum can be bound together (never a partial gang); filter-gated: another binder "
                  "binds (no bindVerb: kube-scheduler's own, or another extender's), members pass filter only once "
-                 "their gang is admitted, each to one reserved place; no bind-time barrier, so a member whose "
-                 "bind fails after others bound leaves a partly bound gang (told, then the rest planned again; "
-                 "docs/deploy.md)",
+                 "their gang is admitted, each to one reserved place; the one mode where a gang can be left partly "
+                 "bound: with no bind-time barrier, a member whose bind fails after others bound cannot be undone "
+                 "(told, then the rest planned again; docs/deploy.md)",
     "cache_size": "filter cache capacity in node verdicts summed over all signatures (an entry weighs one per "
                   "node it knows; ~150 bytes each); 0 disables the cache",
     "cache_ttl_seconds": "backstop lifetime of a filter cache entry",
