@@ -23,7 +23,8 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
-from extender.cluster.groups import GROUP_PARSERS, GroupMeta, group_meta
+from extender.cluster.group_index import GroupIndex, ObjectKey
+from extender.cluster.groups import GroupMeta
 from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord
 from extender.cluster.quantity import CPU, Resources, add_into
 from extender.cluster.records import node_record, pod_record
@@ -31,8 +32,6 @@ from extender.cluster.reservations import Reservations, Slot
 
 CHANGE_LOG_SIZE = 8192
 """How many node changes a cache may lag behind and still refresh incrementally."""
-
-ObjectKey = tuple[str, str]  # (namespace, name) of a group object
 
 
 class ClusterMirror:
@@ -51,10 +50,7 @@ class ClusterMirror:
         self._used: dict[str, Resources] = {}  # node -> requests of the non-terminal pods placed there
         self._members: dict[GangKey, set[str]] = {}
         self._tried: dict[str, GangKey] = {}  # unbound gang members kube-scheduler found no node for
-        self._groups: dict[GroupRef, GangPolicy | None] = {}
-        self._group_objects: dict[tuple[GroupKind, ObjectKey], tuple[GroupRef, ...]] = {}
-        self._group_meta: dict[GroupRef, GroupMeta] = {}
-        self._policy_changes: set[GroupRef] = set()  # groups whose gang policy changed, for the ledger
+        self._groups = GroupIndex()  # group objects, the gang policies they define, their changes
         self._reservations = Reservations(self._touch)  # what admitted gangs hold for members to come
         self.rejected_objects = 0  # objects too malformed to mirror (counted, logged by the caller)
 
@@ -250,46 +246,26 @@ class ClusterMirror:
     # ------------------------------------------------------------------------------------ groups
     def upsert_group(self, kind: GroupKind, obj: Mapping[str, Any]) -> ObjectKey:
         """Add or update a group object; returns its (namespace, name)."""
-        groups = GROUP_PARSERS[kind](obj)
-        meta = group_meta(kind, obj)
-        metadata = obj.get("metadata") or {}
-        key = (kind, (str(metadata.get("namespace") or "default"), str(metadata.get("name"))))
         with self.lock:
-            old = {ref: self._groups.get(ref) for ref in self._group_objects.get(key, ())}
-            for ref in old:
-                self._groups.pop(ref, None)
-                self._group_meta.pop(ref, None)
-            for ref, policy in groups.items():
-                if ref not in old or old[ref] != policy:
-                    # A group that appeared (its pods may be waiting for it) or whose policy changed (a
-                    # 1.37 PodGroup whose minCount was scaled): the ledger re-evaluates and wakes them.
-                    self._policy_changes.add(ref)
-                self._group_meta[ref] = meta
-            self._groups.update(groups)
-            self._group_objects[key] = tuple(groups)
-            return key[1]
+            return self._groups.upsert(kind, obj)
 
     def delete_group(self, kind: GroupKind, namespace: str, name: str) -> None:
         with self.lock:
-            for ref in self._group_objects.pop((kind, (namespace, name)), ()):
-                self._groups.pop(ref, None)
-                self._group_meta.pop(ref, None)
+            self._groups.delete(kind, namespace, name)
 
     def group_meta(self, group: GroupRef) -> GroupMeta | None:
         """Where the group object is served and what its status says now (None: no object)."""
         with self.lock:
-            return self._group_meta.get(group)
+            return self._groups.meta(group)
 
     def take_policy_changes(self) -> set[GroupRef]:
         """Groups that appeared or whose gang policy changed since the last call (each reported once)."""
         with self.lock:
-            changes, self._policy_changes = self._policy_changes, set()
-            return changes
+            return self._groups.take_changes()
 
     def replace_groups(self, kind: GroupKind, objs: Iterable[Mapping[str, Any]]) -> None:
         """A relist of one kind of group object (``_relist``)."""
-        self._relist(objs, lambda obj: self.upsert_group(kind, obj),
-                     lambda: [key for object_kind, key in self._group_objects if object_kind is kind],
+        self._relist(objs, lambda obj: self.upsert_group(kind, obj), lambda: self._groups.keys(kind),
                      lambda key: self.delete_group(kind, *key))
 
     def gang_policy(self, gang: GangKey) -> tuple[bool, GangPolicy | None]:
@@ -300,9 +276,9 @@ class ClusterMirror:
                 if not policies:
                     return False, None
                 return True, max(policies, key=lambda p: p.min_count)
-            if gang.group not in self._groups:
+            if not self._groups.defines(gang.group):
                 return False, None
-            return True, self._groups[gang.group]
+            return True, self._groups.policy(gang.group)
 
     def members(self, gang: GangKey) -> list[PodRecord]:
         """Non-terminal member pods of a gang, in a stable order."""
@@ -331,7 +307,7 @@ class ClusterMirror:
         """Gangs of group ``namespace/name`` (any kind) that have members or a group object, sorted."""
         with self.lock:
             found = {g for g in self._members if g.group.namespace == namespace and g.group.name == name}
-            found |= {GangKey(ref) for ref in self._groups if ref.namespace == namespace and ref.name == name}
+            found |= {GangKey(ref) for ref in self._groups.groups() if ref.namespace == namespace and ref.name == name}
         return sorted(g for g in found if (pod_group is None or g.group.pod_group == pod_group)
                       and (replica is None or g.replica == replica))
 
