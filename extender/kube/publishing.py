@@ -62,20 +62,19 @@ class ExplainPublisher:
         return not item.complete and now - last[1] >= self._refresh
 
     def round(self) -> int:
-        """One round: write what changed (``per_round`` at most); forget gangs no longer collected.
-        Returns the number of Events written."""
+        """One round: write what changed (``per_round`` at most, the longest unwritten first, so a
+        steady stream of changes cannot starve a gang); forget gangs no longer collected. Returns the
+        number of Events written."""
         items = list(self._collect())
         seen = {item.key for item in items}
         self._last = {k: v for k, v in self._last.items() if k in seen}
+        now = self._clock()
+        due = [item for item in items if self.due(item, now)]
+        self.counts["unchanged"] += len(items) - len(due)
+        due.sort(key=lambda item: self._last[item.key][1] if item.key in self._last else float("-inf"))
+        self.counts["deferred"] += max(len(due) - self._per_round, 0)
         written = 0
-        for item in items:
-            now = self._clock()
-            if not self.due(item, now):
-                self.counts["unchanged"] += 1
-                continue
-            if written >= self._per_round:
-                self.counts["deferred"] += 1
-                continue
+        for item in due[:self._per_round]:
             body = json.dumps(item.value, separators=(",", ":"), sort_keys=True)
             try:
                 self._write(item.target, "Normal", REASON, item.message, {ANNOTATION: body})
@@ -83,7 +82,7 @@ class ExplainPublisher:
                 self.counts["failed"] += 1
                 log.warning("GangState of %s not written: %s", item.key, exc)
                 continue
-            self._last[item.key] = (item.steady, now)
+            self._last[item.key] = (item.steady, self._clock())
             self.counts["sent"] += 1
             written += 1
             self._sleep(self._pause)
