@@ -40,7 +40,7 @@ from extender.wiring.discovery import GroupWatches
 from extender.wiring.feeds import MirrorFeeds
 from extender.wiring.kueue import TopologyFeed, TopologyWatch
 from extender.wiring.leadership import Leadership
-from extender.wiring.reporting import GangReports, explanations, status_writer
+from extender.wiring.reporting import GangReports, explained, status_writer
 from extender.wiring.runtime import API_PROBE_SECONDS, Runtime, freeze_heap
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,8 @@ def from_api(settings: Settings) -> Runtime:
     topology = TopologyWatch(kube.serves, topology_feed.start, topology_feed.stop_watch)
     publisher = None
     if settings.explain_publish_seconds > 0:
-        publisher = ExplainPublisher(lambda: explanations(runtime.ledger, runtime.mirror),
+        publisher = ExplainPublisher(runtime.ledger.known_gangs,
+                                     lambda gang: explained(runtime.ledger, runtime.mirror, gang),
                                      _if(leading, kube.create_event), interval=settings.explain_publish_seconds)
     runtime.starter = ApiStart(runtime, kube, feeds, runtime.group_watches, elector, topology, topology_feed,
                                publisher, leading).run
@@ -164,7 +165,7 @@ class ApiStart:
     elector: LeaderElector | None
     topology: TopologyWatch | None = None
     topology_feed: TopologyFeed | None = None
-    publisher: ExplainPublisher | None = None  # GangState Events, rounds while leading and synced
+    publisher: ExplainPublisher[Any] | None = None  # GangState Events, rounds while leading and synced
     leading: Callable[[], bool] = lambda: True
 
     def discover(self) -> bool:

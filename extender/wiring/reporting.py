@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -116,15 +116,14 @@ def gang_target(mirror: ClusterMirror, gang: GangKey) -> dict[str, str] | None:
         return pod_reference(min(members, key=lambda p: p.name)) if members else None
 
 
-def explanations(ledger: GangLedger, mirror: ClusterMirror, limit: int = 1000,
-                 now: Callable[[], float] = time.time) -> Iterator[Published]:
-    """The published form of every gang the ledger knows (at most ``limit``), each computed under the
-    lock on its own (``ledger.explain``), so the verbs wait at most one gang's explanation at a time."""
-    for gang in ledger.known_gangs()[:limit]:
-        target = gang_target(mirror, gang)
-        if target is None:
-            continue
-        answer = ledger.explain(gang)
-        value = explanation.compact(answer, now())
-        yield Published(str(gang), target, value, explanation.steady(value), explanation.summary(answer),
-                        complete=answer.get("state") == "Complete")
+def explained(ledger: GangLedger, mirror: ClusterMirror, gang: GangKey,
+              now: Callable[[], float] = time.time) -> Published | None:
+    """The published form of ``gang`` and the object it goes on (None: it has neither a group object
+    nor a member), computed under the lock (``ledger.explain``)."""
+    target = gang_target(mirror, gang)
+    if target is None:
+        return None
+    answer = ledger.explain(gang)
+    value = explanation.compact(answer, now())
+    return Published(str(gang), target, value, explanation.steady(value), explanation.summary(answer),
+                     complete=answer.get("state") == "Complete")

@@ -21,7 +21,7 @@ from extender.gangs import explanation
 from extender.kube.client import kubeconfig_namespace
 from extender.kube.publishing import ANNOTATION, REASON, ExplainPublisher, Published
 from extender.kubectl import collect, main, render
-from extender.wiring.reporting import explanations
+from extender.wiring.reporting import explained
 from tests.builders import FakeClock, coscheduling_podgroup, filter_args, make_engine, node, pod, workload
 
 V1BETA1 = "scheduling.k8s.io/v1beta1"
@@ -101,8 +101,9 @@ def test_explanations_go_on_the_group_object_or_the_first_member() -> None:
         h.add(*members, *loose)
         h.engine.filter(filter_args(members[0], ["n1", "n2"]))
         h.engine.filter(filter_args(loose[0], ["n1", "n2"]))
-        published = {p.key: p for p in explanations(h.ledger, h.mirror, now=lambda: 500.0)}
-        assert set(published) == {"ml/train", "ml/ann"}
+        gangs = h.ledger.known_gangs()
+        assert [str(g) for g in gangs] == ["ml/ann", "ml/train"]
+        published = {p.key: p for g in gangs if (p := explained(h.ledger, h.mirror, g, now=lambda: 500.0))}
         train, ann = published["ml/train"], published["ml/ann"]
         assert {k: train.target[k] for k in ("apiVersion", "kind", "name")} == \
             {"apiVersion": V1BETA1, "kind": "PodGroup", "name": "train"}
@@ -133,35 +134,67 @@ class Writes:
         return names
 
 
+class Gangs:
+    """The publisher's ``keys`` and ``explain`` over a dict, each explanation taking ``cost`` seconds of
+    a fake timer."""
+
+    def __init__(self, *items: Published, cost: float = 0.0) -> None:
+        self.items = {i.key: i for i in items}
+        self.cost, self.time = cost, 0.0
+
+    def keys(self) -> list[str]:
+        return list(self.items)
+
+    def explain(self, key: str) -> Published | None:
+        self.time += self.cost
+        return self.items.get(key)
+
+    def timer(self) -> float:
+        return self.time
+
+    def set(self, key: str, state: str, complete: bool = False) -> None:
+        self.items[key] = item(key, state, complete)
+
+
+def publisher_of(gangs: Gangs, writes: Writes, clock: FakeClock, **kwargs: Any) -> ExplainPublisher[str]:
+    return ExplainPublisher(gangs.keys, gangs.explain, writes, clock=clock, timer=gangs.timer,
+                            sleep=lambda s: None, **kwargs)
+
+
 def test_publisher_writes_each_change_once_within_its_budget() -> None:
     clock, writes = FakeClock(), Writes()
-    items = [item("a", "WaitingForMembers"), item("b", "Holding"), item("c", "Complete", complete=True)]
-    publisher = ExplainPublisher(lambda: list(items), writes, per_round=2, refresh=1800.0, clock=clock,
-                                 sleep=lambda s: None)
+    gangs = Gangs(item("a", "WaitingForMembers"), item("b", "Holding"), item("c", "Complete", complete=True))
+    publisher = publisher_of(gangs, writes, clock, per_round=2, refresh=1800.0)
     assert publisher.round() == 2 and writes.take() == ["a", "b"]  # c waits for the next round
     assert publisher.round() == 1 and writes.take() == ["c"]
     assert publisher.round() == 0 and writes.take() == []  # nothing changed: nothing written
-    items[1] = item("b", "Admitted")
+    gangs.set("b", "Admitted")
     publisher.round()
     assert writes.take() == ["b"]
     clock.advance(1800.0)  # an unchanged gang not complete is written again before Events expire
     publisher.round()
-    assert writes.take() == ["a", "b"]
-    items.pop(0)  # a gang gone is forgotten: it is written again should it come back
     publisher.round()
-    items.insert(0, item("a", "WaitingForMembers"))
-    clock.advance(1.0)
+    assert sorted(writes.take()) == ["a", "b"]
+    del gangs.items["a"]  # a gang gone is forgotten: it is written again should it come back
+    publisher.round()
+    gangs.set("a", "WaitingForMembers")
     publisher.round()
     assert writes.take() == ["a"]
-    items[2] = item("c", "Holding")
-    items[1] = item("b", "Holding")
-    items[0] = item("a", "Holding")
-    publisher.round()  # three changed, room for two: the longest unwritten first
-    assert writes.take() == ["c", "b"]
     publisher.forget()  # a new leader writes every gang again
     publisher.round()
     publisher.round()
+    assert sorted(writes.take()) == ["a", "b", "c"]
+
+
+def test_publisher_explains_within_its_time_budget_and_goes_on_where_it_stopped() -> None:
+    clock, writes = FakeClock(), Writes()
+    gangs = Gangs(*(item(k, "Holding") for k in "abcde"), cost=0.1)
+    publisher = publisher_of(gangs, writes, clock, budget=0.25)  # three explanations a round
+    publisher.round()
     assert writes.take() == ["a", "b", "c"]
+    publisher.round()
+    assert writes.take() == ["d", "e"] and publisher.counts["unchanged"] == 1  # a again: unchanged
+    assert publisher.counts["explained"] == 6
 
 
 def test_publisher_failures_are_retried_next_round() -> None:
@@ -171,7 +204,8 @@ def test_publisher_failures_are_retried_next_round() -> None:
         if failing["on"]:
             raise KubeError("POST events: 500")
 
-    publisher = ExplainPublisher(lambda: [item("a", "Holding")], write, clock=FakeClock(), sleep=lambda s: None)
+    gangs = Gangs(item("a", "Holding"))
+    publisher = ExplainPublisher(gangs.keys, gangs.explain, write, clock=FakeClock(), sleep=lambda s: None)
     assert publisher.round() == 0 and publisher.counts["failed"] == 1
     failing["on"] = False
     assert publisher.round() == 1
@@ -179,7 +213,8 @@ def test_publisher_failures_are_retried_next_round() -> None:
 
 def test_publisher_runs_only_while_leading() -> None:
     writes, leading, stop = Writes(), {"now": False}, threading.Event()
-    publisher = ExplainPublisher(lambda: [item("a", "Holding")], writes, interval=0.01, sleep=lambda s: None)
+    gangs = Gangs(item("a", "Holding"))
+    publisher = ExplainPublisher(gangs.keys, gangs.explain, writes, interval=0.01, sleep=lambda s: None)
     thread = threading.Thread(target=publisher.run, args=(stop, lambda: leading["now"]), daemon=True)
     thread.start()
     time.sleep(0.1)
