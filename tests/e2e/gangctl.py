@@ -1,8 +1,9 @@
 """The ``kubectl gang`` scenario shared by the 1.35 and 1.37 e2e tests (tests/e2e/test_kubectl_gang*.py).
 
 The installed ``kubectl-gang`` runs as a kubectl plugin (``kubectl gang``, found on PATH by kubectl
-itself) and on its own with ``--kubeconfig``, with nothing but the control plane's kubeconfig: HOME is
-an empty directory and no in-cluster variables are set. gang-extender runs as the e2e harness runs it,
+itself) and on its own with ``--kubeconfig``, with nothing but a kubeconfig (the admin's, or that of a
+user who may only list pods, events and group objects in the scenario's namespace): HOME is an empty
+directory and no in-cluster variables are set. gang-extender runs as the e2e harness runs it,
 publishing its explanations every second; the plugin never talks to it.
 """
 
@@ -26,17 +27,19 @@ Group = Callable[[str, str, int], dict[str, Any]]           # (namespace, name, 
 Member = Callable[[str, str, int, Mapping[str, str]], dict[str, Any]]  # (ns, group, index, selector) -> pod
 
 
-def kubectl_gang(cp: ControlPlane, home: Path, *args: str, plugin: bool = True) -> str:
+def kubectl_gang(cp: ControlPlane, home: Path, *args: str, plugin: bool = True, kubeconfig: str = "") -> str:
     """``kubectl gang ARGS`` (kubectl finds the plugin on PATH; KUBECONFIG names the cluster) or, with
-    ``plugin=False``, ``kubectl-gang --kubeconfig ... ARGS``; its output (exit code 0 required)."""
+    ``plugin=False``, ``kubectl-gang --kubeconfig ... ARGS``; its output (exit code 0 and nothing on
+    stderr required). ``kubeconfig``: another identity's (default: the admin's)."""
     env = {"PATH": f"{Path(KUBECTL_GANG).parent}:{os.environ.get('PATH', '')}", "HOME": str(home),
            "LANG": "C.UTF-8"}
+    config = kubeconfig or cp.kubeconfig
     if plugin:
-        argv, env["KUBECONFIG"] = [str(cp.bin_dir / "kubectl"), "gang", *args], cp.kubeconfig
+        argv, env["KUBECONFIG"] = [str(cp.bin_dir / "kubectl"), "gang", *args], config
     else:
-        argv = [KUBECTL_GANG, "--kubeconfig", cp.kubeconfig, *args]
+        argv = [KUBECTL_GANG, "--kubeconfig", config, *args]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env, check=False)
-    assert done.returncode == 0, f"{argv}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0 and not done.stderr, f"{argv}: {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 
@@ -52,6 +55,24 @@ def row(listing: str, name: str) -> dict[str, str]:
         if cells[0] == name:
             return dict(zip(COLUMNS, cells, strict=False))
     return {}
+
+
+READER_RULES = [{"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
+                {"apiGroups": ["scheduling.k8s.io", "scheduling.x-k8s.io"], "resources": ["workloads", "podgroups"],
+                 "verbs": ["list"]}]
+"""All ``kubectl gang`` needs in a namespace (API discovery is open to every authenticated user)."""
+
+
+def reader_kubeconfig(cp: ControlPlane, ns: str) -> str:
+    """A kubeconfig of a user who may only list pods, events and group objects in ``ns``."""
+    user = f"gang-reader-{ns}"
+    create(cp, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "gang-reader", "namespace": ns}, "rules": READER_RULES},
+           {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "gang-reader", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gang-reader"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+    return cp.user_kubeconfig(user)
 
 
 def annotated(ns: str, name: str, index: int, selector: Mapping[str, str]) -> dict[str, Any]:
@@ -89,7 +110,9 @@ def run_scenario(cp: ControlPlane, workdir: Path, name: str, group: Group, membe
         assert [waiting[c] for c in ("MIN", "MEMBERS", "BOUND")] == ["4", "3", "0"], out["list"]
         assert [done[c] for c in ("MIN", "MEMBERS", "BOUND")] == ["2", "2", "2"], out["list"]
         assert row(out["list"], "ann")["SOURCE"] == "annotations", out["list"]
-        out["explain"] = kubectl_gang(cp, home, "explain", f"{ns}/train", plugin=False)
+        reader = reader_kubeconfig(cp, ns)  # a user who may only list, in this namespace only
+        assert row(kubectl_gang(cp, home, "list", "-n", ns, kubeconfig=reader), train)["STATE"] == "WaitingForMembers"
+        out["explain"] = kubectl_gang(cp, home, "explain", f"{ns}/train", plugin=False, kubeconfig=reader)
         for text in ("State:       WaitingForMembers", "minCount 4", "3/4 pods exist", "Published:", "Live:"):
             assert text in out["explain"], out["explain"]
         out["explain-ann"] = kubectl_gang(cp, home, "explain", f"{ns}/ann")
