@@ -41,6 +41,7 @@ class Settings:
     release_journal: str | None = None     # write releases down first; finish interrupted ones on restart
     discovery_interval_seconds: float = 30.0  # how often served group APIs are re-discovered
     group_status: str = "on"               # write PodGroup status (condition / phase): on or off
+    explain_publish_seconds: float = 15.0  # GangState Events (kubectl gang explain): a round this often; 0: off
     tls_cert_file: str | None = None       # serve HTTPS with this certificate (PEM, chain after the leaf)
     tls_key_file: str | None = None        # ... and this private key (PEM)
     tls_client_ca_file: str | None = None  # require client certificates signed by this CA (PEM bundle)
@@ -119,6 +120,11 @@ _HELP = {
                                   "PodGroup CRD) are served, so CRDs installed or removed later are followed",
     "group_status": "on: write the scheduling status of gangs the extender decides (1.36+ PodGroup condition, "
                     "scheduler-plugins PodGroup status.phase); off: never write group status",
+    "explain_publish_seconds": "every this many seconds the leader publishes what changed in each gang's "
+                               "explanation (state, members, reservation, shortfall, place in the order) as a "
+                               "GangState Event on its group object (annotation gangs: on its first member), "
+                               "read by kubectl gang explain; an unchanged waiting gang is written again every "
+                               "30 minutes; 0: never",
     "scheduler_http_timeout_seconds": "kube-scheduler's extenders[].httpTimeout for this extender: every bind held "
                                       "at a gang barrier is answered before it, counted from the request's arrival",
     "bind_answer_margin_seconds": "how long before --scheduler-http-timeout-seconds a held bind is answered with a "
@@ -271,6 +277,8 @@ def _value_problems(settings: Settings) -> list[str]:
         problems.append(f"preemption must be on or off, got {settings.preemption!r}")
     if settings.group_status not in ("on", "off"):
         problems.append(f"group-status must be on or off, got {settings.group_status!r}")
+    if not (settings.explain_publish_seconds == 0 or 1 <= settings.explain_publish_seconds <= 3600):
+        problems.append(f"explain-publish-seconds must be 0 or 1..3600, got {settings.explain_publish_seconds}")
     return problems
 
 

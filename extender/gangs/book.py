@@ -110,6 +110,12 @@ class GangBook:
             now = self.clock()
             return any(s.holds or s.admitted_at is not None or s.backoff_until > now for s in self._gangs.values())
 
+    def known_gangs(self) -> list[GangKey]:
+        """Every gang the ledger has state or a waiting verdict for (the gangs whose explanation is
+        published), in a stable order."""
+        with self.lock:
+            return sorted({*self._gangs, *self._verdicts}, key=str)
+
     def held_count(self) -> int:
         with self.lock:
             return sum(len(s.holds) for s in self._gangs.values())

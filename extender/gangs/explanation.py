@@ -189,3 +189,113 @@ def topology_view(constraint: Parsed, domain: Domain | None,
             "level": domain.level if domain and domain.keys else None,
             "otherDomains": [{"domain": str(r.domain), "nodes": r.nodes, "freeCpu": describe({CPU: r.free_cpu}),
                               "lacks": r.lacks or None} for r in others]}
+
+
+# ---------------------------------------------------------------------- published form
+PUBLISHED_LIST_MAX = 8
+"""Longest list (nodes of a reservation, pods, gangs ahead, other domains) kept in the published form."""
+PUBLISHED_TEXT_MAX = 400
+
+_RELATIVE = (("timeoutRemainingSeconds", "deadlineAt", 1), ("backoffRemainingSeconds", "backoffUntil", 1))
+"""Top-level (seconds from now, absolute field, sign): time left becomes a wall-clock time."""
+
+
+def _trimmed(value: Any) -> Any:
+    """``value`` without empty fields, lists cut to ``PUBLISHED_LIST_MAX``, texts to ``PUBLISHED_TEXT_MAX``."""
+    if isinstance(value, dict):
+        return {k: t for k, v in value.items() if (t := _trimmed(v)) not in (None, "", [], {})}
+    if isinstance(value, list):
+        return [_trimmed(v) for v in value[:PUBLISHED_LIST_MAX]]
+    if isinstance(value, str):
+        return value[:PUBLISHED_TEXT_MAX]
+    return value
+
+
+def _since(view: Mapping[str, Any] | None, key: str, now: float) -> dict[str, Any] | None:
+    """``view`` with its seconds-ago field ``key`` turned into an absolute ``since`` time."""
+    if not view:
+        return None
+    out = {k: v for k, v in view.items() if k != key}
+    if isinstance(view.get(key), int | float):
+        out["since"] = round(now - view[key], 1)
+    return out
+
+
+def compact(answer: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """The published form of one ``explain`` answer (what ``kubectl gang explain`` reads from the API
+    server): lists and texts cut short, empty fields dropped, and every "seconds left / ago" turned into
+    a wall-clock time (``now``, seconds since the epoch), so an unchanged gang publishes the same fields."""
+    out = {k: v for k, v in answer.items() if k not in ("order", "topology", *(r for r, _, _ in _RELATIVE))}
+    for relative, absolute, sign in _RELATIVE:
+        seconds = answer.get(relative)
+        if isinstance(seconds, int | float) and (seconds > 0 or relative == "timeoutRemainingSeconds"):
+            out[absolute] = round(now + sign * seconds, 1)
+    reservation = answer.get("reservation") or {}
+    out["reservation"] = dict(list(reservation.items())[:PUBLISHED_LIST_MAX])
+    if len(reservation) > PUBLISHED_LIST_MAX:
+        out["reservationNodes"] = len(reservation)
+    topology = answer.get("topology")
+    if topology:
+        out["topology"] = topology
+    order = answer.get("order")
+    if order:
+        view = _since(order, "waitingSeconds", now) or {}
+        view["ahead"] = [_since(a, "waitingSeconds", now) for a in order.get("ahead") or []]
+        for part in ("draining", "preemption"):
+            if order.get(part):
+                view[part] = _since(order[part], "sinceSeconds", now)
+        out["order"] = view
+    return {**_trimmed(out), "publishedAt": round(now, 1)}
+
+
+def steady(published: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a published form is worth a new write: everything but the clock times (a moving deadline
+    is written with the next real change)."""
+    clock = {"publishedAt", "deadlineAt", "backoffUntil", "since"}
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in clock}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+    result: dict[str, Any] = strip(published)
+    return result
+
+
+def _ago(view: Mapping[str, Any] | None, key: str, now: float) -> dict[str, Any] | None:
+    if not view:
+        return None
+    out = {k: v for k, v in view.items() if k != "since"}
+    if isinstance(view.get("since"), int | float):
+        out[key] = round(max(now - view["since"], 0.0), 1)
+    return out
+
+
+def expand(published: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """A published form back in the shape of an ``explain`` answer as of ``now`` (what
+    ``extender.explain.render`` prints): wall-clock times become seconds left / ago again."""
+    out = {k: v for k, v in published.items() if k not in ("deadlineAt", "backoffUntil", "publishedAt", "order")}
+    for relative, absolute, _ in _RELATIVE:
+        at = published.get(absolute)
+        out[relative] = round(max(at - now, 0.0), 1) if isinstance(at, int | float) else None
+    out["backoffRemainingSeconds"] = out["backoffRemainingSeconds"] or 0.0
+    order = published.get("order")
+    if order:
+        view = _ago(order, "waitingSeconds", now) or {}
+        view["ahead"] = [_ago(a, "waitingSeconds", now) for a in order.get("ahead") or []]
+        for part in ("draining", "preemption"):
+            if order.get(part):
+                view[part] = _ago(order[part], "sinceSeconds", now)
+        out["order"] = view
+    return out
+
+
+def summary(answer: Mapping[str, Any]) -> str:
+    """One line for the ``GangState`` Event's message (``kubectl describe``, ``kubectl get events``)."""
+    members = answer.get("members") or {}
+    shortfall = answer.get("shortfall") or {}
+    why = answer.get("waiting") or shortfall.get("reason") or ""
+    line = (f"gang {answer.get('gang')}: {answer.get('state')}; {members.get('existing', 0)} member(s) exist, "
+            f"{members.get('bound', 0)} bound, {members.get('held', 0)} held; minCount {answer.get('minCount')}")
+    return f"{line}; {why}" if why else line

@@ -40,12 +40,14 @@ class PagedList:
     """A collection listed one page at a time, so a relist of 150,000 pods never holds them all as
     raw JSON at once. ``resource_version`` (to watch from) is known once iteration has finished."""
 
-    def __init__(self, kube: KubeClient, path: str, page_size: int) -> None:
+    def __init__(self, kube: KubeClient, path: str, page_size: int,
+                 query: Mapping[str, str] | None = None) -> None:
         self._kube, self._path, self._page_size = kube, path, page_size
+        self._query = dict(query or {})
         self.resource_version = ""
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        query: dict[str, Any] = {"limit": self._page_size}
+        query: dict[str, Any] = {**self._query, "limit": self._page_size}
         while True:
             page = self._kube.request("GET", self._path, query, timeout=120.0)
             yield from page.get("items") or []
@@ -54,17 +56,31 @@ class PagedList:
             if not token:
                 self.resource_version = str(metadata.get("resourceVersion") or "")
                 return
-            query = {"limit": self._page_size, "continue": token}
+            query = {**self._query, "limit": self._page_size, "continue": token}
+
+
+def kubeconfig_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
+    """The namespace of the kubeconfig's context (``context``, else its current one), as kubectl
+    defaults ``-n``; "default" when it names none or there is no kubeconfig."""
+    try:
+        contexts, current = k8s_config.list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, OSError):
+        return "default"
+    chosen = next((c for c in contexts or [] if c.get("name") == context), None) if context else current
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
 
 
 class KubeClient:
     """Raw JSON access to one API server."""
 
-    def __init__(self, kubeconfig: str | None = None) -> None:
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+        """Credentials from ``kubeconfig`` (and its ``context``, else its current one); without a file:
+        in-cluster, then ``$KUBECONFIG`` / ``~/.kube/config`` as kubectl reads them."""
         configuration = k8s_client.Configuration()
         try:
-            if kubeconfig:
-                k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            if kubeconfig or context:
+                k8s_config.load_kube_config(config_file=kubeconfig, context=context,
+                                            client_configuration=configuration)
             else:
                 try:
                     k8s_config.load_incluster_config(client_configuration=configuration)
@@ -137,9 +153,10 @@ class KubeClient:
             raise KubeError(f"{method} {path}: reply is not JSON: {exc}") from None
 
     # --------------------------------------------------------------------------- list and watch
-    def list(self, path: str, page_size: int = 500) -> PagedList:
-        """The items of a collection, fetched page by page as they are consumed."""
-        return PagedList(self, path, page_size)
+    def list(self, path: str, page_size: int = 500, query: Mapping[str, str] | None = None) -> PagedList:
+        """The items of a collection (``query``: e.g. a ``fieldSelector``), fetched page by page as they
+        are consumed."""
+        return PagedList(self, path, page_size, query)
 
     def watch(self, path: str, resource_version: str, timeout_seconds: int = 300
               ) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -222,16 +239,19 @@ class KubeClient:
         self.request("PATCH", path, {"fieldManager": field_manager}, body=dict(body), timeout=10.0,
                      content_type="application/apply-patch+yaml")
 
-    def create_event(self, target: Mapping[str, str], event_type: str, reason: str, message: str) -> None:
+    def create_event(self, target: Mapping[str, str], event_type: str, reason: str, message: str,
+                     annotations: Mapping[str, str] | None = None) -> None:
         """A core/v1 Event on ``target`` (apiVersion, kind, namespace, name, uid): ``kubectl describe``
-        of that object and ``kubectl get events`` show it."""
+        of that object and ``kubectl get events`` show it; ``annotations`` on the Event itself (the
+        ``GangState`` Event's published explanation)."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         involved = {key: target[key] for key in ("apiVersion", "kind", "namespace", "name")}
         if target.get("uid"):
             involved["uid"] = target["uid"]
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{target['name']}.", "namespace": target["namespace"]},
+            "metadata": {"generateName": f"{target['name']}.", "namespace": target["namespace"],
+                         **({"annotations": dict(annotations)} if annotations else {})},
             "involvedObject": involved,
             "type": event_type, "reason": reason, "message": message[:1024],
             "source": {"component": "gang-extender"}, "reportingComponent": "gang-extender",

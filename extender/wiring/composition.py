@@ -34,12 +34,13 @@ from extender.kube.evictions import EvictionApi, KubeEvictor
 from extender.kube.intents import ReleaseIntents
 from extender.kube.leader import LeaderElector
 from extender.kube.lease import ElectionConfig, KubeLeaseApi, default_namespace
+from extender.kube.publishing import ExplainPublisher
 from extender.kube.status import StatusWriter
 from extender.wiring.discovery import GroupWatches
 from extender.wiring.feeds import MirrorFeeds
 from extender.wiring.kueue import TopologyFeed, TopologyWatch
 from extender.wiring.leadership import Leadership
-from extender.wiring.reporting import GangReports, status_writer
+from extender.wiring.reporting import GangReports, explained, status_writer
 from extender.wiring.runtime import API_PROBE_SECONDS, Runtime, freeze_heap
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,13 @@ def from_api(settings: Settings) -> Runtime:
     runtime.group_watches = GroupWatches(kube.serves, feeds.start_group, feeds.stop_group)
     topology_feed = TopologyFeed(levels, kube)
     topology = TopologyWatch(kube.serves, topology_feed.start, topology_feed.stop_watch)
-    runtime.starter = ApiStart(runtime, kube, feeds, runtime.group_watches, elector, topology, topology_feed).run
+    publisher = None
+    if settings.explain_publish_seconds > 0:
+        publisher = ExplainPublisher(runtime.ledger.known_gangs,
+                                     lambda gang: explained(runtime.ledger, runtime.mirror, gang),
+                                     _if(leading, kube.create_event), interval=settings.explain_publish_seconds)
+    runtime.starter = ApiStart(runtime, kube, feeds, runtime.group_watches, elector, topology, topology_feed,
+                               publisher, leading).run
     return runtime
 
 
@@ -158,6 +165,8 @@ class ApiStart:
     elector: LeaderElector | None
     topology: TopologyWatch | None = None
     topology_feed: TopologyFeed | None = None
+    publisher: ExplainPublisher[Any] | None = None  # GangState Events, rounds while leading and synced
+    leading: Callable[[], bool] = lambda: True
 
     def discover(self) -> bool:
         """One discovery round; a failure is kept for ``/readyz`` and changes no watch."""
@@ -206,6 +215,9 @@ class ApiStart:
                              args=(lambda: all(r.synced.is_set() for r in runtime.core_reflectors),
                                    runtime.stop_event)).start()
         runtime.finish_start()
+        if self.publisher is not None:
+            threading.Thread(target=self.publisher.run, name="explain-publish", daemon=True,
+                             args=(runtime.stop_event, lambda: self.leading() and runtime.synced())).start()
         while not runtime.stop_event.wait(runtime.settings.discovery_interval_seconds):
             if not self.discover():
                 log.warning("API re-discovery failed (%s); keeping the current watches", runtime.discovery_error)

@@ -4,13 +4,16 @@ Owns: the ledger's ``on_event`` and ``on_status`` callbacks (``GangReports``): w
 about a gang goes on (``gang_event_targets``: its Workload or PodGroup, else its member with the first
 name; reasons about one member on that member), which groups get a status, and rendering a group's
 status body from the mirror and applying it (``status_writer``), where an HTTP 409 from the API server
-means another field manager owns that status and 404 that the object is gone. Must not: decide gang
-rules, queue or rate-limit writes (``kube.events`` and ``kube.status`` do), or block the ledger.
+means another field manager owns that status and 404 that the object is gone; each known gang's
+published explanation and the object it goes on (``explanations``, for ``kube.publishing``). Must not:
+decide gang rules, queue or rate-limit writes (``kube.events``, ``kube.status`` and ``kube.publishing``
+do), or block the ledger.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +22,10 @@ from extender.cluster.groups import event_reference, status_apply
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GangKey, GangStatus, GroupKind, GroupRef, PodRecord
 from extender.errors import KubeError
+from extender.gangs import explanation
+from extender.gangs.ledger import GangLedger
 from extender.kube.events import EventRecorder, pod_reference
+from extender.kube.publishing import Published
 from extender.kube.status import CONFLICT, SENT, SKIPPED, StatusWriter, Write
 
 MEMBER_EVENTS = frozenset({"GangBindFailed"})
@@ -97,3 +103,27 @@ class GangReports:
     def on_status(self, gang: GangKey, value: GangStatus) -> None:
         if self.status is not None and not gang.replica and gang.group.kind in STATUS_KINDS:
             self.status.publish(gang.group, value)
+
+
+def gang_target(mirror: ClusterMirror, gang: GangKey) -> dict[str, str] | None:
+    """The object a gang's Events go on: its group object, else its member with the first name (None:
+    neither exists)."""
+    with mirror.lock:
+        target = event_reference(gang.group, mirror.group_meta(gang.group))
+        if target is not None:
+            return target
+        members = mirror.members(gang)
+        return pod_reference(min(members, key=lambda p: p.name)) if members else None
+
+
+def explained(ledger: GangLedger, mirror: ClusterMirror, gang: GangKey,
+              now: Callable[[], float] = time.time) -> Published | None:
+    """The published form of ``gang`` and the object it goes on (None: it has neither a group object
+    nor a member), computed under the lock (``ledger.explain``)."""
+    target = gang_target(mirror, gang)
+    if target is None:
+        return None
+    answer = ledger.explain(gang)
+    value = explanation.compact(answer, now())
+    return Published(str(gang), target, value, explanation.steady(value), explanation.summary(answer),
+                     complete=answer.get("state") == "Complete")

@@ -37,6 +37,7 @@ def test_field_names() -> None:
                                       "gang_backoff_seconds", "cache_size", "cache_ttl_seconds", "max_body_bytes",
                                       "threads", "bind_parallelism", "log_level", "record_file", "record_max_bytes",
                                       "release_journal", "discovery_interval_seconds", "group_status",  # issue 5
+                                      "explain_publish_seconds",  # issue 16: kubectl gang
                                       "tls_cert_file", "tls_key_file", "tls_client_ca_file",  # issue 6
                                       "scheduler_http_timeout_seconds", "bind_answer_margin_seconds",
                                       "scheduler_names", "watch_stale_seconds",  # issue 11
@@ -329,3 +330,10 @@ def test_issue12_topology_levels_problems_come_with_the_others() -> None:
     assert caught.value.problems == ["port must be 1..65535, got 0",
                                      "topology-levels: '/rack' is not a valid label key: the prefix before '/' "
                                      "must not be empty"]
+
+
+@pytest.mark.parametrize("value", ["0.5", "-1", "3601", "nan"])
+def test_explain_publish_seconds_is_off_or_a_sane_interval(value: str) -> None:
+    assert load({"explain_publish_seconds": "0"}, {}).explain_publish_seconds == 0
+    with pytest.raises(ConfigError, match="explain-publish-seconds"):
+        load({"explain_publish_seconds": value}, {})

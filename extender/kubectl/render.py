@@ -1,0 +1,71 @@
+"""How ``kubectl gang`` prints: the ``list`` table and the ``explain`` page (pure).
+
+Owns: one line per gang for ``list`` (columns sized to their content, the reason cut to fit a terminal
+line) and, for ``explain``, the live counts the pods show, the last gang Event, and the leader's
+published explanation printed as ``gang-extender explain`` prints it (``extender.explain.render``).
+Must not: read from the API server or decide a gang's state (``collect`` does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from extender import explain
+from extender.cluster.model import GangKey
+from extender.gangs.explanation import expand
+from extender.kubectl.collect import GangRow
+
+REASON_WIDTH = 70
+
+
+def gang_name(key: GangKey) -> str:
+    """The gang without its namespace: ``name``, ``name/podGroup``, ``name/podGroup[replica]``."""
+    text = str(key)
+    return text.partition("/")[2]
+
+
+def _cut(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def table(rows: Sequence[GangRow], *, all_namespaces: bool, reason_width: int = REASON_WIDTH) -> str:
+    """The ``kubectl gang list`` table (a header even when no gang is found)."""
+    header = [*(["NAMESPACE"] if all_namespaces else []), "NAME", "SOURCE", "MIN", "MEMBERS", "BOUND", "STATE",
+              "REASON"]
+    lines = [header]
+    for row in rows:
+        why = row.why or "-"
+        lines.append([*([row.key.group.namespace] if all_namespaces else []), gang_name(row.key), row.source,
+                      "-" if row.min_count is None else str(row.min_count), str(row.existing), str(row.bound),
+                      row.state, _cut(why, reason_width)])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "".join(("   ".join([*(cell.ljust(w) for cell, w in zip(line, widths, strict=False)), line[-1]])).rstrip()
+                   + "\n" for line in lines)
+
+
+def _seconds_ago(seconds: float) -> str:
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def page(row: GangRow, now: float) -> str:
+    """The ``kubectl gang explain`` page of one gang."""
+    lines = [f"Gang:        {row.key}   [{row.source}]",
+             f"Live:        {row.state}; {row.existing} member(s) exist, {row.bound} bound; minCount "
+             f"{'-' if row.min_count is None else row.min_count} (from the pods and the group object now)"]
+    if row.condition:
+        lines.append(f"Status:      {row.condition} (the group object's status)")
+    if row.problem:
+        lines.append(f"Problem:     {row.problem}")
+    lines.append(f"Last event:  {_cut(row.reason, 300) if row.reason else '-'}")
+    published = row.published
+    if not published:
+        lines.append("Published:   nothing: the leading gang-extender has published no explanation of this gang "
+                     "(GangState Events; --explain-publish-seconds 0, not seen by it yet, or expired)")
+        return "\n".join(lines) + "\n"
+    at = float(published.get("publishedAt") or now)
+    lines.append(f"Published:   {_seconds_ago(max(now - at, 0.0))} ago by the leading gang-extender (GangState "
+                 "Event); as of then:")
+    body = explain.render({"gangs": [expand(published, now)]})
+    lines.extend("  " + line if line else line for line in body.rstrip("\n").split("\n")[1:])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,130 @@
+"""The ``kubectl gang`` scenario shared by the 1.35 and 1.37 e2e tests (tests/e2e/test_kubectl_gang*.py).
+
+The installed ``kubectl-gang`` runs as a kubectl plugin (``kubectl gang``, found on PATH by kubectl
+itself) and on its own with ``--kubeconfig``, with nothing but a kubeconfig (the admin's, or that of a
+user who may only list pods, events and group objects in the scenario's namespace): HOME is an empty
+directory and no in-cluster variables are set. gang-extender runs as the e2e harness runs it,
+publishing its explanations every second; the plugin never talks to it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from controlplane import ControlPlane, wait_for
+from support import all_bound, create, pod, pod_spec, scenario, scheduling_with_extender
+
+KUBECTL_GANG = str(Path(sys.executable).with_name("kubectl-gang"))
+
+Group = Callable[[str, str, int], dict[str, Any]]           # (namespace, name, minCount) -> group object
+Member = Callable[[str, str, int, Mapping[str, str]], dict[str, Any]]  # (ns, group, index, selector) -> pod
+
+
+def kubectl_gang(cp: ControlPlane, home: Path, *args: str, plugin: bool = True, kubeconfig: str = "") -> str:
+    """``kubectl gang ARGS`` (kubectl finds the plugin on PATH; KUBECONFIG names the cluster) or, with
+    ``plugin=False``, ``kubectl-gang --kubeconfig ... ARGS``; its output (exit code 0 and nothing on
+    stderr required). ``kubeconfig``: another identity's (default: the admin's)."""
+    env = {"PATH": f"{Path(KUBECTL_GANG).parent}:{os.environ.get('PATH', '')}", "HOME": str(home),
+           "LANG": "C.UTF-8"}
+    config = kubeconfig or cp.kubeconfig
+    if plugin:
+        argv, env["KUBECONFIG"] = [str(cp.bin_dir / "kubectl"), "gang", *args], config
+    else:
+        argv = [KUBECTL_GANG, "--kubeconfig", config, *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=env, check=False)
+    assert done.returncode == 0 and not done.stderr, f"{argv}: {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+SOURCE_COLUMN = "SOURCE"
+COLUMNS = ("NAME", "SOURCE", "MIN", "MEMBERS", "BOUND", "STATE", "REASON")
+
+
+def row(listing: str, name: str) -> dict[str, str]:
+    """Gang ``name``'s row of a ``kubectl gang list -n`` table, by column; {} when absent. Columns are
+    apart by at least two spaces; a cell (the source API, the reason) holds single spaces only."""
+    for line in listing.splitlines()[1:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells[0] == name:
+            return dict(zip(COLUMNS, cells, strict=False))
+    return {}
+
+
+READER_RULES = [{"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
+                {"apiGroups": ["scheduling.k8s.io", "scheduling.x-k8s.io"], "resources": ["workloads", "podgroups"],
+                 "verbs": ["list"]}]
+"""All ``kubectl gang`` needs in a namespace (API discovery is open to every authenticated user)."""
+
+
+def reader_kubeconfig(cp: ControlPlane, ns: str) -> str:
+    """A kubeconfig of a user who may only list pods, events and group objects in ``ns``."""
+    user = f"gang-reader-{ns}"
+    create(cp, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "gang-reader", "namespace": ns}, "rules": READER_RULES},
+           {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "gang-reader", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gang-reader"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+    return cp.user_kubeconfig(user)
+
+
+def annotated(ns: str, name: str, index: int, selector: Mapping[str, str]) -> dict[str, Any]:
+    return pod(ns, f"{name}-{index}", pod_spec(cpu="1", selector=selector),
+               annotations={"gang-extender.io/group": name, "gang-extender.io/min-count": "3"})
+
+
+def run_scenario(cp: ControlPlane, workdir: Path, name: str, group: Group, member: Member,
+                 group_name: Callable[[str], str] = lambda g: g) -> dict[str, str]:
+    """A gang waiting for its 4th member, a gang of 2 bound, an annotation gang waiting for its 3rd:
+    ``kubectl gang list`` and ``explain`` show each as it is, then the first gang bound once its 4th
+    member exists. Returns the outputs (printed for the README)."""
+    home = workdir / "home"
+    home.mkdir()
+    (workdir / "ext").mkdir()
+    ns, labels, nodes = scenario(cp, name)
+    started = time.monotonic()
+    out: dict[str, str] = {}
+    with scheduling_with_extender(cp, workdir / "ext", "--explain-publish-seconds", "1"):
+        create(cp, group(ns, "train", 4), group(ns, "small", 2),
+               *(member(ns, "train", i, labels) for i in range(3)), *(member(ns, "small", i, labels) for i in range(2)),
+               *(annotated(ns, "ann", i, labels) for i in range(2)))
+        train, small = group_name("train"), group_name("small")
+
+        def shown() -> bool:
+            out["list"] = kubectl_gang(cp, home, "list", "-n", ns)
+            waiting, done, ann = row(out["list"], train), row(out["list"], small), row(out["list"], "ann")
+            return (done.get("STATE") == "Bound" and waiting.get("STATE") == "WaitingForMembers"
+                    and "3/4 pods exist" in waiting.get("REASON", "") and ann.get("STATE") == "WaitingForMembers")
+        try:
+            wait_for(shown, timeout=30, interval=0.5, what=f"kubectl gang list to show the gangs of {ns}")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; the last list:\n{out.get('list')}") from None
+        waiting, done = row(out["list"], train), row(out["list"], small)
+        assert [waiting[c] for c in ("MIN", "MEMBERS", "BOUND")] == ["4", "3", "0"], out["list"]
+        assert [done[c] for c in ("MIN", "MEMBERS", "BOUND")] == ["2", "2", "2"], out["list"]
+        assert row(out["list"], "ann")["SOURCE"] == "annotations", out["list"]
+        reader = reader_kubeconfig(cp, ns)  # a user who may only list, in this namespace only
+        assert row(kubectl_gang(cp, home, "list", "-n", ns, kubeconfig=reader), train)["STATE"] == "WaitingForMembers"
+        out["explain"] = kubectl_gang(cp, home, "explain", f"{ns}/train", plugin=False, kubeconfig=reader)
+        for text in ("State:       WaitingForMembers", "minCount 4", "3/4 pods exist", "Published:", "Live:"):
+            assert text in out["explain"], out["explain"]
+        out["explain-ann"] = kubectl_gang(cp, home, "explain", f"{ns}/ann")
+        assert "State:       WaitingForMembers" in out["explain-ann"] and "[annotations]" in out["explain-ann"]
+        create(cp, member(ns, "train", 3, labels))
+        all_bound(cp, ns, "train-", 4, nodes)
+        wait_for(lambda: row(kubectl_gang(cp, home, "list", "-n", ns), train).get("STATE") == "Bound",
+                 timeout=30, interval=0.5, what="kubectl gang list to show the gang bound")
+        out["explain-bound"] = kubectl_gang(cp, home, "explain", f"{ns}/train")
+        assert "Live:        Bound; 4 member(s) exist, 4 bound" in out["explain-bound"], out["explain-bound"]
+        out["list-all"] = kubectl_gang(cp, home, "list", "-A")
+        assert any(line.startswith(ns) for line in out["list-all"].splitlines()), out["list-all"]
+    for key, text in out.items():
+        print(f"----- kubectl gang {key} ({time.monotonic() - started:.0f}s)\n{text}")
+    return out
