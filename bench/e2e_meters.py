@@ -102,7 +102,8 @@ def _label(key: str, label: str) -> str:
 
 def scheduler_counts(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Between two scrapes of kube-scheduler: scheduling attempts (all, and by result), pods entering each of
-    its queues (``moves active|backoff|unschedulable|gated``) and the mean pod scheduling SLI duration, ms."""
+    its queues (``moves active|backoff|unschedulable|gated``: its unschedulable pool after a failed attempt,
+    or held there by PreEnqueue) and the mean pod scheduling SLI duration, ms."""
     out: dict[str, float] = {}
 
     def add(name: str, value: float) -> None:
@@ -115,8 +116,9 @@ def scheduler_counts(before: dict[str, float], after: dict[str, float]) -> dict[
             add(f"attempts {_label(key, 'result')}", delta)
         elif key.startswith("scheduler_queue_incoming_pods_total{"):
             queue = _label(key, "queue").lower()
-            base = next((b for b in ("active", "backoff", "unschedulable", "gated") if queue.startswith(b)), queue)
-            add(f"moves {base}", delta)
+            if queue == "unschedulable" and _label(key, "event") != "ScheduleAttemptFailure":
+                queue = "gated"  # held back by a PreEnqueue plugin (gates, the in-tree gang plugin), never tried
+            add(f"moves {queue}", delta)
         elif key.startswith("scheduler_pod_scheduling_sli_duration_seconds_sum"):
             add("sli sum", delta)
         elif key.startswith("scheduler_pod_scheduling_sli_duration_seconds_count"):

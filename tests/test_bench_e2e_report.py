@@ -67,6 +67,9 @@ def test_tables_render_every_phase_and_the_extender_cpu_per_pod() -> None:
     assert "| 2.50 | 0.50 |" in text  # gang-extender backlog: CPU ms/pod, writes/pod
 
 
+FAILED_TRY = 'scheduler_queue_incoming_pods_total{event="ScheduleAttemptFailure",queue="unschedulable"}'
+
+
 def test_scheduler_and_extender_metrics_are_differenced_between_scrapes() -> None:
     before = e2e_meters.prom('scheduler_schedule_attempts_total{profile="p",result="scheduled"} 10\n'
                              'scheduler_queue_incoming_pods_total{event="PodAdd",queue="active"} 10\n'
@@ -75,7 +78,8 @@ def test_scheduler_and_extender_metrics_are_differenced_between_scrapes() -> Non
     after = e2e_meters.prom('scheduler_schedule_attempts_total{profile="p",result="scheduled"} 30\n'
                             'scheduler_schedule_attempts_total{profile="p",result="unschedulable"} 4\n'
                             'scheduler_queue_incoming_pods_total{event="PodAdd",queue="active"} 30\n'
-                            'scheduler_queue_incoming_pods_total{event="Failure",queue="unschedulable"} 4\n'
+                            f'{FAILED_TRY} 4\n'
+                            'scheduler_queue_incoming_pods_total{event="PodAdd",queue="unschedulable"} 3\n'
                             'scheduler_queue_incoming_pods_total{event="UnschedulableTimeout",queue="backoff"} 2\n'
                             'scheduler_pod_scheduling_sli_duration_seconds_sum{attempts="1"} 0.5\n'
                             'scheduler_pod_scheduling_sli_duration_seconds_count{attempts="1"} 20\n'
@@ -87,6 +91,7 @@ def test_scheduler_and_extender_metrics_are_differenced_between_scrapes() -> Non
     counts = e2e_meters.scheduler_counts(before, after)
     assert counts["attempts"] == 24 and counts["attempts scheduled"] == 20 and counts["attempts unschedulable"] == 4
     assert counts["moves active"] == 20 and counts["moves unschedulable"] == 4 and counts["moves backoff"] == 2
+    assert counts["moves gated"] == 3
     assert counts["sli ms"] == 25.0
     assert e2e_meters.extender_writes(before, after) == {"Events": 4, "pod wakes": 2, "group status": 1}
 
