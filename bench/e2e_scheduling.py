@@ -203,7 +203,8 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
         phase.extender_threads_cpu = {k: round(threads1[k] - threads0.get(k, 0.0), 2) for k in threads1}
     wl.log(f"[{name}] {phase.bound}/{phase.pods} bound in {phase.seconds:.1f}s ({phase.pods_per_second:.0f} pods/s); "
            f"{phase.completed_gangs}/{phase.gangs} gangs whole; {phase.partial_gangs} partial; CPU s {phase.cpu}"
-           + (f"; extender worker CPU s {phase.extender_threads_cpu}" if phase.extender_threads_cpu else ""))
+           + (f"; extender worker CPU s {phase.extender_threads_cpu}" if phase.extender_threads_cpu else "")
+           + (f"; threads' allowed CPUs {phase.pinned}" if phase.pinned else ""))
     return phase
 
 

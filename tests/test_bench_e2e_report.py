@@ -65,6 +65,8 @@ def test_tables_render_every_phase_and_the_extender_cpu_per_pod() -> None:
     assert "### Paced" in text and "### Backlog" in text and "### Arrival" in text
     assert "| gang-extender | 2,000 | 2,000 | 10.8 | 185 |" in text
     assert "| 2.50 | 0.50 |" in text  # gang-extender backlog: CPU ms/pod, writes/pod
+    assert text.count("| in-tree | 2,000 |") == 3  # a row in each phase's table, the last one too
+    assert "### Contention" not in text  # no contention phase in these results
 
 
 FAILED_TRY = 'scheduler_queue_incoming_pods_total{event="ScheduleAttemptFailure",queue="unschedulable"}'
