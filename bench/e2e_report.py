@@ -219,15 +219,20 @@ def where_time_goes(results: Sequence[dict[str, Any]]) -> list[str]:
                 "Seconds from the gang's last member created until every member reached the milestone, p50 / p99 "
                 "over gangs.\n",
                 "| configuration | phase | " + " | ".join(MILESTONES) + " | filters/pod | rejected filters/pod "
-                "| members turned away first | held bind p50 / p99 s |",
-                "|---|---|" + "---:|" * (len(MILESTONES) + 4)]
+                "| members turned away first | held bind p50 / p99 s | gangs with a member turned away: latency "
+                "| other gangs: latency |",
+                "|---|---|" + "---:|" * (len(MILESTONES) + 6)]
         for r, ph in traced:
             t = r[ph].trace
             out.append(f"| {r['config']} | {ph} | " + " | ".join(
                 f"{fmt(t[m][0], 2)} / {fmt(t[m][1], 2)}" for m in MILESTONES) +
                 f" | {fmt(t['filters_per_pod'], 2)} | {fmt(t['rejected_filters_per_pod'], 2)} | "
                 f"{t['pods_turned_away_first']}/{t['pods']} | "
-                f"{fmt(t['bind_hold_p50'], 2)} / {fmt(t['bind_hold_p99'], 2)} |")
+                f"{fmt(t['bind_hold_p50'], 2)} / {fmt(t['bind_hold_p99'], 2)} | "
+                f"{t['gangs_turned_away']}: {fmt(t['latency_turned_away'][0], 2)} / "
+                f"{fmt(t['latency_turned_away'][1], 2)} | "
+                f"{t['gangs'] - t['gangs_turned_away']}: {fmt(t['latency_straight'][0], 2)} / "
+                f"{fmt(t['latency_straight'][1], 2)} |")
     return out
 
 

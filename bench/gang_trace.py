@@ -84,8 +84,16 @@ def gang_milestones(members: list[str], created: Mapping[str, float], bound: Map
 def summarize(gangs: Iterable[list[str]], created: Mapping[str, float], bound: Mapping[str, float],
               traces: Mapping[str, PodTrace], percentile: Any) -> dict[str, Any]:
     """p50 / p99 of every milestone over the gangs, and how often members were turned away first."""
+    gangs = list(gangs)
     rows = [m for g in gangs if (m := gang_milestones(g, created, bound, traces)) is not None]
     pods = [traces[k] for g in gangs for k in g if k in traces]
+    turned: list[float] = []   # gang latency of gangs with a member turned away at its first filter
+    straight: list[float] = []  # ... and of gangs whose members all passed their first filter
+    for g in gangs:
+        m = gang_milestones(g, created, bound, traces)
+        if m is not None:
+            away = any(traces[k].filters[0] < traces[k].passed[0] for k in g)
+            (turned if away else straight).append(m["bound"])
     filters = sum(len(t.filters) for t in pods)
     rejected = sum(len(t.filters) - len(t.passed) for t in pods)
     turned_away = sum(1 for t in pods if t.filters and t.passed and t.filters[0] < t.passed[0])
@@ -93,7 +101,10 @@ def summarize(gangs: Iterable[list[str]], created: Mapping[str, float], bound: M
     out: dict[str, Any] = {"gangs": len(rows), "pods": len(pods), "filters_per_pod": filters / len(pods) if pods else 0,
                            "rejected_filters_per_pod": rejected / len(pods) if pods else 0,
                            "pods_turned_away_first": turned_away,
-                           "bind_hold_p50": percentile(holds, 50), "bind_hold_p99": percentile(holds, 99)}
+                           "bind_hold_p50": percentile(holds, 50), "bind_hold_p99": percentile(holds, 99),
+                           "gangs_turned_away": len(turned),
+                           "latency_turned_away": (percentile(sorted(turned), 50), percentile(sorted(turned), 99)),
+                           "latency_straight": (percentile(sorted(straight), 50), percentile(sorted(straight), 99))}
     for name in MILESTONES:
         values = sorted(r[name] for r in rows)
         out[name] = (percentile(values, 50), percentile(values, 99))

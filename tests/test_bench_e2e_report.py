@@ -126,6 +126,7 @@ def test_gang_milestones_come_from_the_recording_on_the_driver_clock(tmp_path: P
     summary = gang_trace.summarize([names], created, bound, traces, wl.percentile)
     assert summary["gangs"] == 1 and summary["rejected_filters_per_pod"] == 0.5
     assert summary["pods_turned_away_first"] == 1
+    assert summary["gangs_turned_away"] == 1 and round(summary["latency_turned_away"][0], 3) == 1.9
 
 
 class _FakeCluster:
