@@ -149,15 +149,18 @@ def throughput_tables(results: Sequence[dict[str, Any]]) -> list[str]:
             ("arrival", "Arrival: gangs created while kube-scheduler runs, as fast as the client can", ""),
             ("paced", "Paced: gangs created at a fixed rate, the same for every configuration",
              " The rate is below what every configuration sustains, so no queue builds: the latency is what "
-             "a gang waits for being a gang.")):
+             "a gang waits for being a gang. Creation late by = the most a gang's last member was created "
+             "after the gang's due time (the client or kube-apiserver falling behind the pace).")):
         out += [f"\n### {title}\n", f"Gang latency = last member created -> whole gang bound.{note}\n",
-                "| configuration | pods | created in s | bound after s | pods/s | gang latency p50 s | p99 s | max s "
+                "| configuration | pods | created in s | creation late by s | bound after s | pods/s "
+                "| gang latency p50 s | p99 s | max s "
                 "| gangs whole | partial gangs | gang timeouts | extender ms filter / prioritize / bind "
                 "| extender CPU ms/pod | extender API writes/pod (beyond Bindings) |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
         for r in (r for r in results if phase in r):
             p = r[phase]
-            out.append(f"| {r['config']} | {p.pods:,} | {fmt(p.create_seconds)} | {fmt(p.seconds)} | "
+            out.append(f"| {r['config']} | {p.pods:,} | {fmt(p.create_seconds)} | {fmt(p.create_lag, 2)} | "
+                       f"{fmt(p.seconds)} | "
                        f"{fmt(p.pods_per_second, 0)} | {_lat(p)} | {p.completed_gangs}/{p.gangs} | {p.partial_gangs} | "
                        f"{fmt(p.timeouts, 0)} | {_ext_ms(p)} | {_cpu_cells(r, p)} |")
     return out
@@ -278,3 +281,21 @@ def floors(results: Sequence[dict[str, Any]], *, write_ms: float = WRITE_MS) -> 
         lines.append(f"Floor: contention: every gang completes with gang-extender, no timeouts: {_verdict(ok)} "
                      f"({c.completed_gangs}/{c.gangs} completed, {fmt(c.timeouts, 0)} timeouts)")
     return lines
+
+
+def read_json(path: Path) -> list[dict[str, Any]]:
+    """The results written by :func:`write_json`, phases as :class:`Phase` again."""
+    names = set(Phase.__dataclass_fields__)
+    results = []
+    for r in json.loads(path.read_text())["results"]:
+        results.append({k: Phase(**{f: x for f, x in v.items() if f in names}) if isinstance(v, dict) and "bound" in v
+                        else v for k, v in r.items()})
+    return results
+
+
+if __name__ == "__main__":  # the tables and floors of a saved run: python bench/e2e_report.py out/bench-e2e.json
+    import sys
+
+    saved = read_json(Path(sys.argv[1]))
+    print(tables(saved) + "\n")
+    print("\n".join(floors(saved, write_ms=float(sys.argv[2]) if len(sys.argv) > 2 else WRITE_MS)))

@@ -261,7 +261,8 @@ def create_paced(cp: ControlPlane, plan: Plan, gangs_per_second: float, *, worke
     """Create the plan's namespaces and Workloads, then its gangs at a fixed rate: gang ``i``'s members
     are posted (in parallel) at ``start + i / gangs_per_second``, whatever the scheduler does, so the
     arrival rate is the same for every configuration. Returns pod key -> monotonic time its POST
-    returned, and the largest delay of a gang's start behind its schedule (the client falling behind)."""
+    returned, and the largest delay of a gang's last POST returning behind the gang's due time (the
+    client or kube-apiserver falling behind the schedule)."""
     for ns in plan.namespaces:
         with contextlib.suppress(ApiError):
             cp.create_namespace(ns)
@@ -269,7 +270,6 @@ def create_paced(cp: ControlPlane, plan: Plan, gangs_per_second: float, *, worke
         cp.request("POST", f"/apis/{WORKLOAD_API}/namespaces/{wl['metadata']['namespace']}/workloads", wl)
     by_key = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in plan.pods}
     created: dict[str, float] = {}
-    lag = 0.0
 
     def create(key: str) -> None:
         p = by_key[key]
@@ -284,11 +284,11 @@ def create_paced(cp: ControlPlane, plan: Plan, gangs_per_second: float, *, worke
             now = time.monotonic()
             if due > now:
                 time.sleep(due - now)
-            else:
-                lag = max(lag, now - due)
             futures += [pool.submit(create, key) for key in gang.members]
         for future in futures:
             future.result()
+    lag = max((max(created[m] for m in g.members) - (start + i / gangs_per_second) for i, g in enumerate(plan.gangs)),
+              default=0.0)
     return created, lag
 
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(BENCH))
 import e2e_meters  # noqa: E402
 import gang_trace  # noqa: E402
 import workloads as wl  # noqa: E402
-from e2e_report import Phase, floors, tables  # noqa: E402
+from e2e_report import Phase, floors, read_json, tables, write_json  # noqa: E402
 
 
 def _phase(pods_per_second: float, extender_cpu: dict[str, float] | None = None, **kw: Any) -> Phase:
@@ -70,6 +70,12 @@ def test_tables_render_every_phase_and_the_extender_cpu_per_pod() -> None:
 
 
 FAILED_TRY = 'scheduler_queue_incoming_pods_total{event="ScheduleAttemptFailure",queue="unschedulable"}'
+
+
+def test_a_saved_run_renders_the_same_tables_and_floors(tmp_path: Path) -> None:
+    write_json(tmp_path / "run.json", {"pin": False}, _results())
+    again = read_json(tmp_path / "run.json")
+    assert tables(again) == tables(_results()) and floors(again) == floors(_results())
 
 
 def test_scheduler_and_extender_metrics_are_differenced_between_scrapes() -> None:
