@@ -238,6 +238,10 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
     wl.log(f"[{config}] fresh control plane; gates {gates or 'default'}")
     result: dict[str, Any] = {"config": label, "kind": config}
     slug = "".join(c if c.isalnum() or c == "-" else "_" for c in label)
+    base, n = slug, 1
+    while (workdir / slug).exists():  # the same configuration twice in a run: a fresh directory each time
+        n += 1
+        slug = f"{base}-{n}"
     with ControlPlane(bin_dir, workdir / slug, feature_gates=gates, log=wl.log, keep=True) as cp:
         wl.add_pools(cp, args.general_nodes)
         ext = noop = None
