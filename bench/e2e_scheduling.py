@@ -25,11 +25,10 @@ Each configuration gets a fresh control plane (same binaries, same 1,000 nodes: 
   finished), freeing room for the next. Every gang should complete, without timeouts; the phase
   ends when all have completed or after ``--contention-cap`` seconds.
 
-A phase also ends after 60 s without any new bind (a stall).
-
-A gang is *partial* when some but not all of its members were bound for more than 2 s. Gang timeouts:
-gang-extender's ``gang_extender_gangs_timeouts_total``; the in-tree plugin's Permit timeout is 5
-minutes, so within the cap it shows as gangs that never complete.
+A phase also ends after 60 s without any new bind (a stall). A gang is *partial* when some but not
+all of its members were bound for more than 2 s. Gang timeouts: gang-extender's
+``gang_extender_gangs_timeouts_total``; the in-tree plugin's Permit timeout is 5 minutes, so within
+the cap it shows as gangs that never complete.
 
 Also recorded per phase: CPU seconds used by each process (kube-apiserver, etcd, kube-scheduler, the
 extender, this driver), the extender's CPU per pod and gang-extender's API writes beyond Bindings
@@ -43,8 +42,7 @@ do-nothing extender's pods/s (backlog, arrival), its CPU per pod <= the do-nothi
 (API writes beyond Bindings not counted), and in the paced phase gang latency p50 / p99 <= the in-tree
 plugin's with every gang whole, no timeout, no partial gang.
 
-Run: ``make bench-e2e`` (= ``.venv/bin/python bench/e2e_scheduling.py``), ``make bench-e2e-pinned``;
-``--json FILE`` keeps every number for ``bench/plot.py``. Results: docs/performance.md.
+Run: ``make bench-e2e`` (``make bench-e2e-pinned``); ``--json FILE`` keeps every number for ``bench/plot.py``.
 """
 
 from __future__ import annotations
@@ -81,6 +79,8 @@ from e2e_report import WRITE_MS, Phase, floors, gang_stats, tables, write_json
 from noop_extender import NoopExtender
 
 CONFIGS = ("ceiling", "noop-extender", "gang-extender", "in-tree")
+STALL_SECONDS = 60.0
+PSEUDO_FLAGS = ("prioritize", "bind-only")
 PACED_RATE = 96.0  # pods/s: half of the do-nothing extender's arrival throughput here (docs/performance.md)
 
 
@@ -91,8 +91,6 @@ def run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *,
     with py_spy(ext, profile, name):
         return _run_phase(cp, plan, watch, ext, name=name, timeout=timeout, hold=hold, start=start, pace=pace)
 
-
-STALL_SECONDS = 60.0
 
 
 def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *, name: str, timeout: float,
@@ -218,8 +216,6 @@ def settle(ext: Any, timeout: float = 90.0) -> None:
         time.sleep(1.0)
     wl.log(f"[extender] still holding binds after {timeout:.0f}s; the next phase's counters include them")
 
-
-PSEUDO_FLAGS = ("prioritize", "bind-only")
 
 
 def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
