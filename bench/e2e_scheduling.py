@@ -40,10 +40,8 @@ control plane and this driver on CPU 0 and the extender on CPU 1.
 The floors printed at the end are issue 14's (``bench/e2e_report.py``): gang-extender >= 90 % of the
 do-nothing extender's pods/s (backlog, arrival), its CPU per pod <= the do-nothing extender's + 0.3 ms
 (API writes beyond Bindings not counted), and in the paced phase gang latency p50 / p99 <= the in-tree
-plugin's with every gang whole, no timeout, no partial gang.
-
-Run: ``make bench-e2e`` (``make bench-e2e-pinned``); ``--json FILE`` keeps every number for ``bench/plot.py``.
-"""
+plugin's with every gang whole, no timeout, no partial gang. Run: ``make bench-e2e`` (``make
+bench-e2e-pinned``); ``--json FILE`` keeps every number for ``bench/plot.py``."""
 
 from __future__ import annotations
 
