@@ -11,6 +11,7 @@ help:
 	@echo "make test       lint, type-check, layer check, unit + HTTP + end-to-end tests (what CI runs)"
 	@echo "make test-fast  the same without the end-to-end tier"
 	@echo "make bench      filter latency benchmark (results: docs/performance.md)"
+	@echo "make bench-e2e  kube-scheduler end to end: alone, no-op extender, gang-extender, in-tree (bench-e2e-pinned: CPU-pinned)"
 	@echo "make fuzz       hostile input: 10,000 bodies per verb against a live server (docs/reliability.md)"
 	@echo "make faults     kill -9, kube-apiserver restarts, refused bindings on a real control plane"
 	@echo "make ha         kill -9 the leading kube-scheduler + extender pair 24 times (docs/reliability.md)"
@@ -81,7 +82,7 @@ clean:
 BENCH_STAMP := $(VENV)/.installed-bench
 ROOT_OR_SUDO = $$(test "$$(id -u)" = 0 || echo sudo)
 
-.PHONY: wrk loadtest bench-e2e record-corpus
+.PHONY: wrk loadtest bench-e2e bench-e2e-pinned record-corpus
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
@@ -97,9 +98,16 @@ loadtest: $(BENCH_STAMP) wrk  # replay tests/data/corpus with wrk; tables on std
 	$(BIN)/python bench/loadtest.py --json out/loadtest.json $(LOADTEST_ARGS)
 	$(BIN)/python bench/plot.py --only loadtest
 
-bench-e2e: $(BENCH_STAMP) k8s  # kube-scheduler alone / with gang-extender / with the in-tree plugin
+# kube-scheduler alone / with a do-nothing extender / with gang-extender / with the in-tree plugin;
+# phases backlog, arrival, paced, contention; prints issue 14's floors (PASS / MISS)
+bench-e2e: $(BENCH_STAMP) k8s
 	$(BIN)/python bench/e2e_scheduling.py --json out/bench-e2e.json $(BENCH_E2E_ARGS)
 	$(BIN)/python bench/plot.py --only e2e
+
+# the same with the control plane on CPU 0 and the extender on CPU 1 (needs 2 CPUs)
+bench-e2e-pinned: $(BENCH_STAMP) k8s
+	$(BIN)/python bench/e2e_scheduling.py --pin --json out/bench-e2e-pinned.json $(BENCH_E2E_ARGS)
+	$(BIN)/python bench/plot.py --only e2e --e2e out/bench-e2e-pinned.json --prefix e2e-pinned
 
 record-corpus: $(STAMP) k8s  # re-record tests/data/corpus from a real kube-scheduler
 	$(BIN)/python hack/record_corpus.py

@@ -14,6 +14,12 @@ can remove.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -50,6 +56,41 @@ def create_app(kubeconfig: str) -> Flask:
         return reply({"ok": True})
 
     return app
+
+
+class NoopExtender:
+    """``bench/noop_extender.py`` as a child process (its own process group), ready when constructed."""
+
+    def __init__(self, kubeconfig: str, workdir: Path) -> None:
+        import subprocess
+
+        from support import free_ports  # tests/e2e, on sys.path through bench/workloads.py
+
+        port = free_ports(1)[0]
+        self.url = f"http://127.0.0.1:{port}"
+        with open(workdir / "noop-extender.log", "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("noop_extender.py")), "--kubeconfig", kubeconfig,
+                 "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not self._healthy():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                from controlplane import tail
+
+                raise RuntimeError(f"noop extender did not start: {tail(workdir / 'noop-extender.log')}")
+            time.sleep(0.1)
+
+    def _healthy(self) -> bool:
+        import urllib.request
+
+        with contextlib.suppress(OSError), urllib.request.urlopen(self.url + "/healthz", timeout=2) as reply:
+            return bool(reply.status == 200)
+        return False
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(15)
 
 
 def main() -> None:

@@ -11,9 +11,12 @@ Figures (PNG):
 - ``loadtest-latency.png``: p50 / p90 / p99 / max filter latency at each fixed rate and timed replay,
   with the 5 ms p99 floor;
 - ``loadtest-percentiles.png``: the full latency percentile spectrum of every run;
-- ``e2e-backlog.png``, ``e2e-arrival.png``, ``e2e-contention.png``: pods bound over time in each phase
-  of the end-to-end benchmark, per configuration;
-- ``e2e-gang-latency.png``: distribution of gang latency in the arrival phase.
+- ``e2e-backlog.png``, ``e2e-arrival.png``, ``e2e-paced.png``, ``e2e-contention.png``: pods bound over
+  time in each phase of the end-to-end benchmark, per configuration;
+- ``e2e-gang-latency.png``, ``e2e-gang-latency-paced.png``: distribution of gang latency in the arrival
+  and paced phases.
+
+``--prefix`` replaces ``e2e`` in those names, so a run for one section does not redraw another's figures.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-COLORS = {"ceiling": "#7f7f7f", "gang-extender": "#1f77b4", "in-tree": "#ff7f0e"}
+COLORS = {"ceiling": "#7f7f7f", "gang-extender": "#1f77b4", "in-tree": "#ff7f0e", "noop-extender": "#2ca02c"}
 
 
 def _plt() -> Any:
@@ -92,13 +95,14 @@ def _color(r: dict[str, Any]) -> Any:
     return COLORS.get(kind, "#2ca02c") if not variant else "#17becf"
 
 
-def e2e(data: dict[str, Any], out: Path) -> list[Path]:
+def e2e(data: dict[str, Any], out: Path, prefix: str = "e2e") -> list[Path]:
     plt = _plt()
     results = data["results"]
     written = []
     titles = {
         "backlog": "Backlog: 2,000 pods pending when kube-scheduler starts; pods bound over time",
         "arrival": "Arrival: gangs created while kube-scheduler runs; pods bound over time",
+        "paced": "Paced: gangs created at a fixed rate, the same for every configuration; pods bound over time",
         "contention": "Contention: 6 gangs of 8 for room for 2; pods bound over time (stay counted after the "
                       "gang finished)",
     }
@@ -118,20 +122,22 @@ def e2e(data: dict[str, Any], out: Path) -> list[Path]:
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        written.append(_save(fig, out / f"e2e-{phase}.png"))
-    if any("arrival" in r for r in results):
+        written.append(_save(fig, out / f"{prefix}-{phase}.png"))
+    for phase, suffix in (("arrival", ""), ("paced", "-paced")):
+        if not any(phase in r for r in results):
+            continue
         fig, ax = plt.subplots(figsize=(7.5, 3.4))
-        for r in (r for r in results if "arrival" in r):
-            lat = sorted(r["arrival"]["gang_latency"])
+        for r in (r for r in results if phase in r):
+            lat = sorted(r[phase]["gang_latency"])
             if lat:
                 ax.plot(lat, [(i + 1) / len(lat) for i in range(len(lat))], color=_color(r),
                         label=f"{r['config']}{' (groups of 8, no gangs)' if r.get('kind') == 'ceiling' else ''}")
         ax.set_xlabel("gang latency, s (last member created -> whole gang bound)")
         ax.set_ylabel("fraction of gangs")
-        ax.set_title("Gang latency, arrival phase (250 gangs of 8)", fontsize=9)
+        ax.set_title(f"Gang latency, {phase} phase", fontsize=9)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        written.append(_save(fig, out / "e2e-gang-latency.png"))
+        written.append(_save(fig, out / f"{prefix}-gang-latency{suffix}.png"))
     return written
 
 
@@ -150,12 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--e2e", type=Path, default=ROOT / "out" / "bench-e2e.json")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
     parser.add_argument("--only", choices=("loadtest", "e2e"), help="plot only one of them")
+    parser.add_argument("--prefix", default="e2e", help="file name prefix of the end-to-end figures [e2e]")
     args = parser.parse_args(argv)
     written: list[Path] = []
     if args.only in (None, "loadtest") and args.loadtest.exists():
         written += loadtest(json.loads(args.loadtest.read_text()), args.out)
     if args.only in (None, "e2e") and args.e2e.exists():
-        written += e2e(json.loads(args.e2e.read_text()), args.out)
+        written += e2e(json.loads(args.e2e.read_text()), args.out, args.prefix)
     if not written:
         print("nothing to plot: run `make loadtest` or `make bench-e2e` first", file=sys.stderr)
         return 1

@@ -256,6 +256,42 @@ def create_objects(cp: ControlPlane, plan: Plan, *, workers: int = 16, gated: bo
     return created
 
 
+def create_paced(cp: ControlPlane, plan: Plan, gangs_per_second: float, *, workers: int = 16) -> tuple[
+        dict[str, float], float]:
+    """Create the plan's namespaces and Workloads, then its gangs at a fixed rate: gang ``i``'s members
+    are posted (in parallel) at ``start + i / gangs_per_second``, whatever the scheduler does, so the
+    arrival rate is the same for every configuration. Returns pod key -> monotonic time its POST
+    returned, and the largest delay of a gang's last POST returning behind the gang's due time (the
+    client or kube-apiserver falling behind the schedule)."""
+    for ns in plan.namespaces:
+        with contextlib.suppress(ApiError):
+            cp.create_namespace(ns)
+    for wl in plan.workloads:
+        cp.request("POST", f"/apis/{WORKLOAD_API}/namespaces/{wl['metadata']['namespace']}/workloads", wl)
+    by_key = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in plan.pods}
+    created: dict[str, float] = {}
+
+    def create(key: str) -> None:
+        p = by_key[key]
+        cp.request("POST", f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p)
+        created[key] = time.monotonic()
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        start = time.monotonic()
+        futures = []
+        for i, gang in enumerate(plan.gangs):
+            due = start + i / gangs_per_second
+            now = time.monotonic()
+            if due > now:
+                time.sleep(due - now)
+            futures += [pool.submit(create, key) for key in gang.members]
+        for future in futures:
+            future.result()
+    lag = max((max(created[m] for m in g.members) - (start + i / gangs_per_second) for i, g in enumerate(plan.gangs)),
+              default=0.0)
+    return created, lag
+
+
 def ungate(cp: ControlPlane, keys: Sequence[str], *, workers: int = 16) -> dict[str, float]:
     """Remove the hold gate from ``keys`` in about that order (a few in parallel); key -> monotonic time.
 

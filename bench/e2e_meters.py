@@ -1,0 +1,228 @@
+"""Measuring instruments of bench/e2e_scheduling.py: CPU seconds per program, metric scrapes and their
+differences, and the optional py-spy profile of the extender's worker.
+
+Owns: finding the processes of one local control plane by their command line (the control plane's
+work directory), reading their CPU time from /proc, parsing Prometheus text and reducing two scrapes
+of kube-scheduler or gang-extender to what happened between them. Must not: start or change anything
+it measures (py-spy only samples).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import workloads as wl
+from controlplane import ControlPlane
+
+
+# ---------------------------------------------------------------------------------------- CPU use
+def component_pids(cp: ControlPlane) -> dict[str, list[int]]:
+    """Processes whose command line mentions the control plane's work directory, by program name."""
+    pids: dict[str, list[int]] = {}
+    marker = str(cp.workdir).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = (entry / "cmdline").read_bytes()
+            if marker in cmdline:
+                argv = cmdline.split(b"\0")
+                name = Path(argv[0].decode()).name
+                if name.startswith("python"):
+                    name = "gang-extender" if b"gang-extender" in cmdline else (
+                        "noop-extender" if b"noop_extender" in cmdline else name)
+                pids.setdefault(name, []).append(int(entry.name))
+    return pids
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    return sum(cpu_seconds_of(f"/proc/{pid}/stat") for pid in pids)
+
+
+def worker_threads_cpu(worker: int | None) -> dict[str, float]:
+    """CPU seconds of gunicorn's main loop (the worker's main thread: accept, poll, dispatch) and of the
+    rest of the worker (request handlers, watches, Event writer, sweeper), from /proc/<pid>/task/<pid>
+    and /proc/<pid>/stat (the whole thread group)."""
+    if worker is None:
+        return {}
+    main = cpu_seconds_of(f"/proc/{worker}/task/{worker}/stat")
+    return {"main loop": main, "rest of the worker": max(cpu_seconds_of(f"/proc/{worker}/stat") - main, 0.0)}
+
+
+def cpu_seconds_of(stat_path: str) -> float:
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+class CpuMeter:
+    def __init__(self, cp: ControlPlane) -> None:
+        self.pids = component_pids(cp)
+        self.pids["driver"] = [os.getpid()]
+        self.start = {name: cpu_seconds(p) for name, p in self.pids.items()}
+
+    def used(self) -> dict[str, float]:
+        return {name: round(cpu_seconds(p) - self.start[name], 2) for name, p in self.pids.items()}
+
+
+# ---------------------------------------------------------------------------------------- metrics
+def prom(text: str) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                values[name] = float(value)
+    return values
+
+
+def scheduler_attempt_ms(before: dict[str, float], after: dict[str, float]) -> float:
+    """Mean duration of kube-scheduler's scheduling algorithm (filter and score, extender calls included;
+    not binding) between two scrapes."""
+    total = count = 0.0
+    for key, value in after.items():
+        if key.startswith("scheduler_scheduling_algorithm_duration_seconds_sum"):
+            total += value - before.get(key, 0.0)
+        elif key.startswith("scheduler_scheduling_algorithm_duration_seconds_count"):
+            count += value - before.get(key, 0.0)
+    return total / count * 1000 if count else float("nan")
+
+
+def _label(key: str, label: str) -> str:
+    at = key.find(f'{label}="')
+    return key[at + len(label) + 2:key.index('"', at + len(label) + 2)] if at >= 0 else ""
+
+
+def scheduler_counts(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Between two scrapes of kube-scheduler: scheduling attempts (all, and by result), pods entering each of
+    its queues (``moves active|backoff|unschedulable|gated``: its unschedulable pool after a failed attempt,
+    or held there by PreEnqueue) and the mean pod scheduling SLI duration, ms."""
+    out: dict[str, float] = {}
+
+    def add(name: str, value: float) -> None:
+        out[name] = out.get(name, 0.0) + value
+
+    for key, value in after.items():
+        delta = value - before.get(key, 0.0)
+        if key.startswith("scheduler_schedule_attempts_total{"):
+            add("attempts", delta)
+            add(f"attempts {_label(key, 'result')}", delta)
+        elif key.startswith("scheduler_queue_incoming_pods_total{"):
+            queue = _label(key, "queue").lower()
+            if queue == "unschedulable" and _label(key, "event") != "ScheduleAttemptFailure":
+                queue = "gated"  # held back by a PreEnqueue plugin (gates, the in-tree gang plugin), never tried
+            add(f"moves {queue}", delta)
+        elif key.startswith("scheduler_pod_scheduling_sli_duration_seconds_sum"):
+            add("sli sum", delta)
+        elif key.startswith("scheduler_pod_scheduling_sli_duration_seconds_count"):
+            add("sli count", delta)
+    if out.get("sli count"):
+        out["sli ms"] = out["sli sum"] / out["sli count"] * 1000
+    return out
+
+
+EXTENDER_WRITES = (  # (kind, metric, outcomes that were API requests)
+    ("Events", "gang_extender_events_total", ("sent", "failed")),
+    ("pod wakes", "gang_extender_pod_wakes_total", ("sent", "failed")),
+    ("group status", "gang_extender_group_status_writes_total", None),  # every outcome but "dropped"
+)
+
+
+def extender_writes(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """API writes gang-extender made between two scrapes beyond the Bindings every binder makes."""
+    out = {}
+    for kind, name, outcomes in EXTENDER_WRITES:
+        total = 0.0
+        for key, value in after.items():
+            if key.startswith(name + "{"):
+                outcome = _label(key, "outcome")
+                if (outcome in outcomes) if outcomes else outcome != "dropped":
+                    total += value - before.get(key, 0.0)
+        out[kind] = total
+    return out
+
+
+def extender_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    out = {}
+    for verb in ("filter", "prioritize", "bind"):
+        s = f'gang_extender_request_seconds_sum{{verb="{verb}"}}'
+        c = f'gang_extender_request_seconds_count{{verb="{verb}"}}'
+        n = after.get(c, 0.0) - before.get(c, 0.0)
+        if n:
+            out[verb] = round((after.get(s, 0.0) - before.get(s, 0.0)) / n * 1000, 3)
+            out[f"{verb}_calls"] = n
+    return out
+
+
+def extender_worker_pid(ext: Any) -> int | None:
+    """gunicorn's worker (the master's only child) of an extender started by ``wl.extender_process``."""
+    with contextlib.suppress(OSError, IndexError, AttributeError):
+        pid = ext.proc.pid
+        return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+    return None
+
+
+@contextlib.contextmanager
+def py_spy(ext: Any, out: Path | None, name: str) -> Any:
+    """Sample the extender's worker with py-spy (collapsed stacks) while the block runs, if asked to."""
+    pid = extender_worker_pid(ext) if ext is not None and out is not None else None
+    if pid is None or out is None:
+        yield
+        return
+    import shutil
+    import subprocess
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name.replace(' ', '-')}.txt"
+    # --gil: only samples where a thread holds the GIL, i.e. where the worker's CPU time goes
+    proc = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--threads",
+                             "--gil", "--output", str(path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+        wl.log(f"[{name}] py-spy profile of the extender worker: {path}\n{spy_summary(path)}")
+
+
+SPY_BUCKETS = (  # (label, a frame or thread name that puts a sample in it); first match wins
+    ("gang admission (GangLedger.admission)", "GangLedger.admission"),
+    ("filter handler, other", "filter_ (extender/http/routes.py"),
+    ("prioritize handler", "prioritize (extender/http/routes.py"),
+    ("bind handler (held binds: waiting)", "bind (extender/http/routes.py"),
+    ("other Flask / WSGI", "Flask.wsgi_app"),
+    ("gunicorn main loop (accept, poll, dispatch)", "thread (MainThread)"),
+    ("wake-up annotations (PodWaker)", "PodWaker._write"),
+    ("Events (EventRecorder)", "EventRecorder._write"),
+    ("binding API calls of released quorums", "Engine._bind_one"),
+    ("pod watch", "watch-pods"),
+    ("other watches", "watch-"),
+)
+
+
+def spy_summary(path: Path) -> str:
+    """Shares of py-spy's collapsed-stack samples by where they were (the table in docs/performance.md)."""
+    import re
+
+    counts: dict[str, int] = {}
+    total = 0
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            stack, _, n = line.rpartition(" ")
+            if not n.isdigit():
+                continue
+            stack = re.sub(r"^thread \(\d+\): ([^;]*)", r"thread (\1)", stack)
+            total += int(n)
+            label = next((label for label, marker in SPY_BUCKETS if marker in stack), "other")
+            counts[label] = counts.get(label, 0) + int(n)
+    rows = [f"| {label} | {n / total * 100:.0f} % |" for label, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    return "\n".join([f"| where ({total} samples) | share |", "|---|---:|", *rows]) if total else "(no samples)"
