@@ -16,6 +16,7 @@ help:
 	@echo "make ha         kill -9 the leading kube-scheduler + extender pair 24 times (docs/reliability.md)"
 	@echo "make stress     10x filter rate for 60 s, 600-member bind barrier (docs/reliability.md)"
 	@echo "make starvation a 16-node gang under a 3-minute stream of small work, $${STARVATION_RUNS:-5} times (docs/performance.md)"
+	@echo "make bench-gang-perf upstream's gang benchmark (5,000 nodes; GANG_PERF_ARGS='--scale 0.2' for less)"
 	@echo "make k8s        build the pinned Kubernetes binaries (v1.35.4, v1.36.3, v1.37.2) and kwok v0.8.0 into ~/.cache/gang-extender"
 
 $(STAMP): pyproject.toml
@@ -81,7 +82,7 @@ clean:
 BENCH_STAMP := $(VENV)/.installed-bench
 ROOT_OR_SUDO = $$(test "$$(id -u)" = 0 || echo sudo)
 
-.PHONY: wrk loadtest bench-e2e record-corpus
+.PHONY: wrk loadtest bench-e2e bench-gang-perf record-corpus
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
@@ -100,6 +101,9 @@ loadtest: $(BENCH_STAMP) wrk  # replay tests/data/corpus with wrk; tables on std
 bench-e2e: $(BENCH_STAMP) k8s  # kube-scheduler alone / with gang-extender / with the in-tree plugin
 	$(BIN)/python bench/e2e_scheduling.py --json out/bench-e2e.json $(BENCH_E2E_ARGS)
 	$(BIN)/python bench/plot.py --only e2e
+
+bench-gang-perf: $(BENCH_STAMP) k8s  # upstream's gang benchmark at 5,000 nodes (issue 14 section 3)
+	$(BIN)/python bench/gang_perf.py --json out/bench-gang-perf.json $(GANG_PERF_ARGS)
 
 record-corpus: $(STAMP) k8s  # re-record tests/data/corpus from a real kube-scheduler
 	$(BIN)/python hack/record_corpus.py
