@@ -202,6 +202,9 @@ def measure(cp: ControlPlane, ext: Any, result: rep.Result, release: Release, wo
     result.scheduler = {"attempt_ms": es.scheduler_attempt_ms(sched0, sched1),
                         "podgroup_attempt_ms": rep.mean_ms(sched0, sched1,
                                                            "scheduler_podgroup_scheduling_attempt_duration_seconds")}
+    gate = "GangScheduling" if release.version.startswith("1.35") else "GenericWorkload"
+    result.scheduler["in_tree_gate"] = next(  # the gate that turns the in-tree gang plugin on: 1 only for in-tree
+        (v for k, v in sched1.items() if k.startswith(f'kubernetes_feature_enabled{{name="{gate}"')), float("nan"))
     log_text = cp.log_path("kube-scheduler").read_text(errors="replace")
     if ext is not None:
         ext1 = wl.extender_metrics(ext)

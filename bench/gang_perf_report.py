@@ -52,6 +52,9 @@ class Result:
         out = []
         if self.bound != self.pods:
             out.append(f"{self.pods - self.bound} of {self.pods} pods never bound")
+        gate = self.scheduler.get("in_tree_gate")
+        if gate is not None and gate != (1.0 if self.config == "in-tree" else 0.0):
+            out.append(f"kube-scheduler's in-tree gang gate is {gate} under {self.config}")
         if self.config in GANGED:
             if self.partial_gangs:
                 out.append(f"{self.partial_gangs} partial gangs")
