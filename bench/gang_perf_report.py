@@ -108,8 +108,10 @@ def verb_latency(before: Mapping[str, float], after: Mapping[str, float], verb: 
     hist = delta(buckets(after, name, verb=verb), buckets(before, name, verb=verb))
     count = after.get(f'{name}_count{{verb="{verb}"}}', 0.0) - before.get(f'{name}_count{{verb="{verb}"}}', 0.0)
     total = after.get(f'{name}_sum{{verb="{verb}"}}', 0.0) - before.get(f'{name}_sum{{verb="{verb}"}}', 0.0)
+    top = max((le for le, _ in hist if not math.isinf(le)), default=float("nan"))
     return {f"{verb}_calls": count, f"{verb}_mean_ms": total / count * 1000 if count else float("nan"),
-            f"{verb}_p50_ms": quantile(hist, 0.5) * 1000, f"{verb}_p99_ms": quantile(hist, 0.99) * 1000}
+            f"{verb}_p50_ms": quantile(hist, 0.5) * 1000, f"{verb}_p99_ms": quantile(hist, 0.99) * 1000,
+            f"{verb}_top_ms": top * 1000}  # a quantile at the top bound lies at or beyond it
 
 
 def mean_ms(before: Mapping[str, float], after: Mapping[str, float], name: str) -> float:
@@ -154,7 +156,11 @@ def fmt(value: float | None, digits: int = 1) -> str:
 
 
 def _ext(r: Result, key: str, digits: int = 1) -> str:
-    return fmt(r.extender.get(key), digits) if r.config == "gang-extender" else "-"
+    if r.config != "gang-extender":
+        return "-"
+    value, top = r.extender.get(key), r.extender.get(f"{key.split('_', maxsplit=1)[0]}_top_ms")
+    capped = key.endswith(("_p50_ms", "_p99_ms")) and value is not None and top is not None and value >= top
+    return ("≥ " if capped else "") + fmt(value, digits)
 
 
 def table(results: Sequence[Result]) -> str:

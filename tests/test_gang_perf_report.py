@@ -30,6 +30,14 @@ def test_verb_latency_interpolates_within_the_bucket_of_the_difference() -> None
     assert got["bind_calls"] == 100 and math.isclose(got["bind_mean_ms"], 300.0)
     assert math.isclose(got["bind_p50_ms"], 100.0)           # rank 50 ends the (0.01, 0.1] bucket
     assert math.isclose(got["bind_p99_ms"], 100 + 900 * 49 / 50)  # rank 99: 49 of 50 into (0.1, 1]
+    assert got["bind_top_ms"] == 1000.0
+
+
+def test_a_quantile_beyond_the_top_bucket_is_shown_as_at_least_that() -> None:
+    result = rep.Result(config="gang-extender", workload="w", nodes=1, k8s="1.37.2",
+                        extender={"bind_p50_ms": 500.0, "bind_p99_ms": 30000.0, "bind_top_ms": 30000.0})
+    row = rep.table([result]).splitlines()[-1]
+    assert "| 500 / ≥ 30,000 (-) |" in row
 
 
 def test_quantile_in_the_inf_bucket_answers_the_highest_bound_and_empty_is_nan() -> None:
