@@ -213,6 +213,9 @@ def measure(cp: ControlPlane, ext: Any, result: rep.Result, release: Release, wo
         result.timeouts = (wl.metric(ext1, "gang_extender_gangs_timeouts_total")
                            - wl.metric(ext0, "gang_extender_gangs_timeouts_total"))
         result.extender["cpu_s"] = result.cpu.get("gang-extender", float("nan"))
+        for name in ("events", "pod_wakes", "group_status_writes"):  # API writes it tried (every outcome)
+            result.extender[f"{name}_tried"] = (wl.metric(ext1, f"gang_extender_{name}_total")
+                                                  - wl.metric(ext0, f"gang_extender_{name}_total"))
         result.extender["peak_rss_mib"] = rep.peak_rss_mib(es.extender_worker_pid(ext))
     elif result.config == "in-tree":
         result.timeouts = log_text.count("rejected due to timeout")
