@@ -292,6 +292,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stall", type=float, default=120.0, help="... or after this long without a bind [120]")
     p.add_argument("--json", type=Path, help="write every number here")
     p.add_argument("--keep", action="store_true", help="keep the work directory (component logs)")
+    p.add_argument("--report", type=Path, metavar="JSON", help="print the table of an earlier --json file; run nothing")
     return p
 
 
@@ -300,11 +301,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so the extender and the control plane are stopped on the way out
     signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(KeyboardInterrupt()))
     started = time.monotonic()
-    results = run(args)
+    results = rep.load(args.report) if args.report else run(args)
     ok, lines = rep.checks(results)
-    print(f"\n## Upstream's gang benchmark (Kubernetes {args.k8s}; {os.cpu_count()} cpu; run took "
-          f"{time.monotonic() - started:.0f}s; load average at the end "
-          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])})\n")
+    when = (f"from {args.report}" if args.report else f"run took {time.monotonic() - started:.0f}s; load average at "
+            f"the end {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    print(f"\n## Upstream's gang benchmark (Kubernetes {results[0].k8s if results else args.k8s}; "
+          f"{os.cpu_count()} cpu; {when})\n")
     print(rep.table(results))
     print("\n" + lines)
     print(f"\nChecks (every pod bound; gang-extender and in-tree: 0 gang timeouts, 0 partial gangs): "

@@ -196,6 +196,14 @@ def checks(results: Sequence[Result]) -> tuple[bool, str]:
     return ok, "\n".join(lines)
 
 
+def load(path: Path) -> list[Result]:
+    """The results a ``--json`` file holds (to print their table again)."""
+    import json
+
+    known = set(Result.__dataclass_fields__)
+    return [Result(**{k: v for k, v in item.items() if k in known}) for item in json.loads(path.read_text())["results"]]
+
+
 def as_json(r: Result) -> dict[str, Any]:
     return vars(r) | {"pods_per_second": r.pods_per_second,
                       "gang_p50": wl.percentile(r.gang_seconds, 50), "gang_p90": wl.percentile(r.gang_seconds, 90),
