@@ -236,7 +236,8 @@ def run_one(config: str, workload: str, release: Release, bin_dir: Path, args: a
         ext = start_extender(cp, workdir / slug, args, result) if config == "gang-extender" else None
         try:
             cp.start_scheduler(scheduler_config(config, ext, args))
-            measure(cp, ext, result, release, work, args)
+            with es.py_spy(ext, args.py_spy, slug):
+                measure(cp, ext, result, release, work, args)
         except Exception:
             wl.log(f"[{slug}] failed; scheduler log tail:\n{tail(cp.log_path('kube-scheduler'))}")
             raise
@@ -290,6 +291,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--extender-args", default="", help="further gang-extender serve flags")
     p.add_argument("--cap", type=float, default=900.0, help="give up on a run after this many seconds [900]")
     p.add_argument("--stall", type=float, default=120.0, help="... or after this long without a bind [120]")
+    p.add_argument("--py-spy", type=Path, metavar="DIR",
+                   help="profile gang-extender's worker with py-spy (pip install py-spy) into DIR")
     p.add_argument("--json", type=Path, help="write every number here")
     p.add_argument("--keep", action="store_true", help="keep the work directory (component logs)")
     p.add_argument("--report", type=Path, metavar="JSON", help="print the table of an earlier --json file; run nothing")
