@@ -17,6 +17,7 @@ help:
 	@echo "make ha         kill -9 the leading kube-scheduler + extender pair 24 times (docs/reliability.md)"
 	@echo "make stress     10x filter rate for 60 s, 600-member bind barrier (docs/reliability.md)"
 	@echo "make starvation a 16-node gang under a 3-minute stream of small work, $${STARVATION_RUNS:-5} times (docs/performance.md)"
+	@echo "make bench-gang-perf upstream's gang benchmark (5,000 nodes; GANG_PERF_ARGS='--scale 0.2' for less)"
 	@echo "make k8s        build the pinned Kubernetes binaries (v1.35.4, v1.36.3, v1.37.2) and kwok v0.8.0 into ~/.cache/gang-extender"
 
 $(STAMP): pyproject.toml
@@ -82,7 +83,7 @@ clean:
 BENCH_STAMP := $(VENV)/.installed-bench
 ROOT_OR_SUDO = $$(test "$$(id -u)" = 0 || echo sudo)
 
-.PHONY: wrk loadtest bench-e2e bench-e2e-pinned record-corpus
+.PHONY: wrk loadtest bench-e2e bench-e2e-pinned bench-gang-perf record-corpus
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
@@ -108,6 +109,9 @@ bench-e2e: $(BENCH_STAMP) k8s
 bench-e2e-pinned: $(BENCH_STAMP) k8s
 	$(BIN)/python bench/e2e_scheduling.py --pin --json out/bench-e2e-pinned.json $(BENCH_E2E_ARGS)
 	$(BIN)/python bench/plot.py --only e2e --e2e out/bench-e2e-pinned.json --prefix e2e-pinned
+
+bench-gang-perf: $(BENCH_STAMP) k8s  # upstream's gang benchmark at 5,000 nodes (issue 14 section 3)
+	$(BIN)/python bench/gang_perf.py --json out/bench-gang-perf.json $(GANG_PERF_ARGS)
 
 record-corpus: $(STAMP) k8s  # re-record tests/data/corpus from a real kube-scheduler
 	$(BIN)/python hack/record_corpus.py

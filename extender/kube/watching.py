@@ -33,12 +33,15 @@ class Reflector:
     def __init__(self, name: str, list_fn: ListFn, watch_fn: WatchFn,
                  replace: Callable[[Iterable[dict[str, Any]]], None],
                  apply: Callable[[str, dict[str, Any]], None], stop: threading.Event,
-                 *, initial_backoff: float = 0.5, max_backoff: float = 30.0) -> None:
+                 *, initial_backoff: float = 0.5, max_backoff: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
+        self._clock = clock
         self._list, self._watch, self._replace, self._apply = list_fn, watch_fn, replace, apply
         self._stop = stop
         self._initial_backoff, self._max_backoff = initial_backoff, max_backoff
         self.synced = threading.Event()   # listed at least once
+        self.initial_sync_seconds: float | None = None  # first list call -> its objects in the mirror
         self.healthy = False              # last list/watch succeeded
         self.failing_since: float | None = None  # monotonic time of the first failure since the last list
         self.last_error = ""
@@ -46,6 +49,7 @@ class Reflector:
         self.errors = 0
         self.events = 0
         self._progressed = False  # the current list+watch delivered something after listing
+        self._first_attempt: float | None = None
         self._thread = threading.Thread(target=self._run, name=f"watch-{name}", daemon=True)
 
     def start(self) -> None:
@@ -81,8 +85,12 @@ class Reflector:
                 backoff = min(backoff * 2, self._max_backoff)
 
     def _list_and_watch(self) -> None:
+        if self._first_attempt is None:
+            self._first_attempt = self._clock()
         listing = self._list()
         self._replace(listing)
+        if self.initial_sync_seconds is None:  # retries of a failed first list count: the mirror waited
+            self.initial_sync_seconds = self._clock() - self._first_attempt
         version = listing.resource_version
         self.relists += 1
         self.synced.set()

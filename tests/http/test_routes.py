@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -540,6 +541,24 @@ def test_metrics(client: FlaskClient) -> None:
     assert "gang_extender_mirror_pods 4.0" in text
     assert "gang_extender_filter_cache_misses_total 1.0" in text
     assert "gang_extender_filter_steered_total 0.0" in text
+
+
+def test_metrics_report_each_watch_initial_sync_time(make_app: Callable[..., Flask]) -> None:
+    class Listed:  # what the metrics read of a Reflector
+        def __init__(self, name: str, seconds: float | None) -> None:
+            self.name, self.initial_sync_seconds, self.relists, self.errors = name, seconds, 1, 0
+            self.healthy = seconds is not None
+            self.synced = threading.Event()
+            if seconds is not None:
+                self.synced.set()
+
+    app = make_app()
+    runtime = app.extensions["gang_extender"].runtime
+    runtime.core_reflectors = [Listed("nodes", 1.25), Listed("pods", None)]
+    text = app.test_client().get("/metrics").get_data(as_text=True)
+    assert "# TYPE gang_extender_watch_initial_sync_seconds gauge" in text
+    assert 'gang_extender_watch_initial_sync_seconds{resource="nodes"} 1.25' in text
+    assert 'gang_extender_watch_initial_sync_seconds{resource="pods"}' not in text  # not listed yet
 
 
 def test_each_app_has_its_own_registry(make_app: Callable[..., Flask]) -> None:

@@ -196,6 +196,41 @@ def test_failed_list_backs_off_and_retries(api: FakeApi, stop: RecordingStop, st
     assert stop.waits[:2] == [0.01, 0.02]  # doubling back-off
 
 
+def test_initial_sync_time_counts_failed_lists_and_is_kept_across_relists(api: FakeApi, started: Any) -> None:
+    now = [100.0]  # the reflector's clock: the list answers and the mirror's replace advance it
+
+    def failing_list() -> FakeListing:
+        now[0] += 2.0  # a failed list attempt takes 2 s
+        raise RuntimeError("apiserver down")
+
+    answers = iter([failing_list, api.list, api.list])
+
+    def list_fn() -> FakeListing:
+        return next(answers)()
+
+    api.list_answers.put(([obj("a", "1")], "10"))
+    api.list_answers.put(([obj("a", "1")], "20"))
+    api.events.put(("ERROR", {"kind": "Status", "code": 410, "message": "too old resource version"}))
+    applied = Applied()
+
+    def replace(items: Any) -> None:
+        now[0] += 3.0  # filling the mirror takes 3 s
+        applied.replace(items)
+
+    stop = RecordingStop()
+    reflector = Reflector("things", list_fn, api.watch, replace, applied.apply, stop, initial_backoff=0.01,
+                          clock=lambda: now[0])
+    assert reflector.initial_sync_seconds is None
+    reflector.start()
+    try:
+        wait_until(lambda: reflector.relists == 2)
+    finally:
+        stop.set()
+        reflector.join(2)
+    assert reflector.initial_sync_seconds == 5.0  # first attempt at 100, its objects in at 105; the relist: no
+    assert now[0] == 108.0
+
+
 def test_unhealthy_between_failure_and_relist(api: FakeApi, stop: RecordingStop, started: Any) -> None:
     api.list_answers.put(([obj("a", "1")], "10"))
     reflector, _ = started()
