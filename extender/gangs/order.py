@@ -13,7 +13,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from extender.cluster.model import GangKey, GangOrder, PodRecord
+from extender.cluster.model import GangOrder, PodRecord
 
 WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 """Upper bounds (seconds) of the wait-time histogram: from complete to admitted."""
@@ -44,9 +44,9 @@ def _listed(priorities: set[int]) -> str:
     return ", ".join(map(str, shown[:5])) + (", ..." if len(shown) > 5 else "")
 
 
-def queue_key(priority: int, waiting_since: float, gang: GangKey) -> tuple[int, float, str]:
+def queue_key(priority: int, waiting_since: float, name: str) -> tuple[int, float, str]:
     """Sort key of the waiting queue: higher priority, then longer waiting, then the gang's name."""
-    return (-priority, waiting_since, str(gang))
+    return (-priority, waiting_since, name)
 
 
 def max_wait(order: GangOrder | None, default: float) -> float:

@@ -15,6 +15,7 @@ it as room, so the gang is admitted as soon as enough of it has freed up.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,6 +46,10 @@ MAX_AHEAD_SHOWN = 5
 """Gangs ahead that ``explain`` lists by name."""
 
 DRAINING = "draining"
+
+
+def _queue_key(state: GangState) -> tuple[int, float, str]:
+    return order.queue_key(state.priority, state.waiting_since or 0.0, state.name)
 
 
 class GangQueue(GangExpiry):
@@ -112,8 +117,8 @@ class GangQueue(GangExpiry):
                 state = self._gangs[gang] = GangState(gang, policy)
             self._join(state, members, now)
 
-    def _queue(self) -> list[GangState]:
-        """Waiting gangs in admission order (a gang that lost its quorum leaves the queue)."""
+    def _candidates(self) -> list[GangState]:
+        """Waiting gangs, unordered (a gang that lost its quorum leaves the queue)."""
         waiting = []
         for state in self._gangs.values():
             if state.admitted_at is not None or state.waiting_since is None or state.never_fits is not None:
@@ -122,15 +127,20 @@ class GangQueue(GangExpiry):
                 state.waiting_since = None
                 continue
             waiting.append(state)
-        waiting.sort(key=lambda s: order.queue_key(s.priority, s.waiting_since or 0.0, s.gang))
         return waiting
 
+    def _queue(self) -> list[GangState]:
+        """Waiting gangs in admission order."""
+        return sorted(self._candidates(), key=_queue_key)
+
     def _order_pass(self, now: float, stop_at: GangState | None = None) -> None:
-        """Admit, in order, the waiting gangs that fit now (up to ``stop_at``), then start or end drains."""
+        """Admit, in order, the waiting gangs that fit now (up to ``stop_at``), then start or end drains.
+        Runs on every filter of a waiting gang's member: it picks the first ``MAX_AHEAD`` and the head
+        without sorting the whole queue (thousands of gangs may wait)."""
         self._ordered_at = now
         self._ordering = True
         try:
-            for state in self._queue()[:MAX_AHEAD]:
+            for state in heapq.nsmallest(MAX_AHEAD, self._candidates(), key=_queue_key):
                 if state is stop_at:
                     break
                 if now >= state.backoff_until:
@@ -189,8 +199,7 @@ class GangQueue(GangExpiry):
     # ------------------------------------------------------------------------------ draining
     def _update_drains(self, now: float) -> None:
         """Only the head of the queue drains, and only once it has waited longer than its maximum wait."""
-        queue = self._queue()
-        head = queue[0] if queue else None
+        head = min(self._candidates(), key=_queue_key, default=None)
         for state in self._gangs.values():
             if state.drain and state is not head and state.admitted_at is None:
                 self._end_drain(state, "it is no longer first in the admission order")

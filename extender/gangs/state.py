@@ -61,5 +61,9 @@ class GangState:
     preempt_note: str = ""  # why its last victim search found no victims ("": none tried, or it found some)
     # the filter-gated mode (``gated``)
     claims: dict[str, tuple[str, float]] = field(default_factory=dict)  # member uid -> (reserved node its filter
-    # steers it to, when it first claimed it)
+    # steers it to, when it was last sent there)
     bound_seen: int = 0  # members bound in this attempt as last counted (more: progress, the deadline moves)
+    name: str = field(init=False, default="")  # str(gang), the queue's tie-break, formatted once
+
+    def __post_init__(self) -> None:
+        self.name = str(self.gang)

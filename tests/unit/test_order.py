@@ -84,8 +84,8 @@ def test_priority_is_the_groups_else_the_members_and_a_mismatch_is_a_problem() -
 
 
 def test_queue_key_orders_by_priority_then_age_then_name() -> None:
-    keys = sorted([(order.queue_key(0, 5.0, "b"), "old-low"), (order.queue_key(10, 9.0, "a"), "young-high"),  # type: ignore[arg-type]
-                   (order.queue_key(0, 1.0, "c"), "older-low"), (order.queue_key(0, 1.0, "a"), "older-low-a")])  # type: ignore[arg-type]
+    keys = sorted([(order.queue_key(0, 5.0, "b"), "old-low"), (order.queue_key(10, 9.0, "a"), "young-high"),
+                   (order.queue_key(0, 1.0, "c"), "older-low"), (order.queue_key(0, 1.0, "a"), "older-low-a")])
     assert [name for _, name in keys] == ["young-high", "older-low-a", "older-low", "old-low"]
 
 
