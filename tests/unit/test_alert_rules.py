@@ -7,6 +7,7 @@ Which metrics exist is checked against a live extender in tests/e2e/test_monitor
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -74,3 +75,18 @@ def test_rules_and_dashboard_query_only_gang_extender_metrics() -> None:
 ])
 def test_queried_metrics_reads_metric_names_only(expr: str, names: set[str]) -> None:
     assert queried_metrics(expr) == names
+
+
+def test_dashboard_shows_what_the_issue_asks_for() -> None:
+    """Gangs waiting / admitted / completed / timed out, gang latency, filter and bind latency, cache hit
+    ratio, held binds, watch health: each is queried by some panel."""
+    board = json.loads(monitoring.DASHBOARD.read_text())
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    queried = set().union(*(queried_metrics(e) for e in dashboard_exprs()))
+    for name in ("gang_extender_waiting_gangs", "gang_extender_admitted_gangs", "gang_extender_gangs_completed_total",
+                 "gang_extender_gangs_timeouts_total", "gang_extender_gang_wait_seconds_bucket",
+                 "gang_extender_request_seconds_bucket", "gang_extender_filter_cache_hits_total",
+                 "gang_extender_filter_cache_misses_total", "gang_extender_held_binds", "gang_extender_watch_synced"):
+        assert name in queried, name
+    assert 'verb=~"filter|bind"' in "\n".join(dashboard_exprs())
