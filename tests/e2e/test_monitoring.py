@@ -155,7 +155,7 @@ def _scenarios(s: dict[str, Scrape], monotonic: set[str]) -> list[dict[str, Any]
         rule_test("a gang held at its barrier fills the held-bind budget for 15 minutes",
                   [s["bound"]] * 5 + [s["held"]] * 15, {4: [], 10: [], 19: ["GangExtenderHeldBindsNearBudget"]}),
         rule_test("one gang timed out once: no page",
-                  [s["bound"]] * 5 + [s["held"], *[s["timed_out"]] * 45], {8: [], 25: [], 50: []}),
+                  [s["bound"]] * 5 + [s["held"], *[s["timed_out"]] * 45], {8: [], 30: [], 50: []}),
         rule_test("that timeout every minute: timeouts rising",
                   [s["bound"], *repeat(s["bound"], s["timed_out"], 40, monotonic)],
                   {10: [], 30: ["GangExtenderGangTimeoutsRising"]}),
