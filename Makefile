@@ -18,7 +18,7 @@ help:
 	@echo "make stress     10x filter rate for 60 s, 600-member bind barrier (docs/reliability.md)"
 	@echo "make starvation a 16-node gang under a 3-minute stream of small work, $${STARVATION_RUNS:-5} times (docs/performance.md)"
 	@echo "make bench-gang-perf upstream's gang benchmark (5,000 nodes; GANG_PERF_ARGS='--scale 0.2' for less)"
-	@echo "make k8s        build the pinned Kubernetes binaries (v1.35.4, v1.36.3, v1.37.2), kwok v0.8.0 and promtool into ~/.cache/gang-extender"
+	@echo "make k8s        build the pinned Kubernetes binaries (v1.35.4, v1.36.3, v1.37.2), kwok v0.8.0, promtool and helm v3.22.0 into ~/.cache/gang-extender"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,7 @@ k8s:
 	K8S_VERSION=1.36.3 bash hack/build-k8s.sh  # the v1alpha2 PodGroup API (tests/e2e/test_topology.py)
 	bash hack/build-kwok.sh  # kwok v0.8.0, the kubelets' stand-in (tests/e2e/test_kwok_testbed.py)
 	bash hack/build-promtool.sh  # promtool of Prometheus v0.316.0 (Go module), for the alert rule tests
+	bash hack/build-helm.sh  # helm v3.22.0, for charts/gang-extender (tests/e2e/test_helm_*.py)
 
 demo: $(STAMP) k8s
 	$(BIN)/python hack/demo.py

@@ -130,3 +130,17 @@ def control_plane_no_gates(k8s_bin_dir: Path) -> Iterator[controlplane.ControlPl
     with controlplane.ControlPlane(k8s_bin_dir, log=_log, keep=keep, feature_gates={}, default_feature_gates=False,
                                    runtime_config=()) as plane:
         yield plane
+
+
+# ------------------------------------------------------------------- helm: the chart's own tool
+@pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    """The pinned ``helm`` binary (``hack/build-helm.sh`` builds it if needed)."""
+    import helmchart
+
+    try:
+        return helmchart.find_helm()
+    except controlplane.BinariesUnavailableError as exc:
+        reason = f"HELM TESTS NOT RUN: helm v{helmchart.HELM_VERSION} unavailable: {exc}"
+        print(f"\n{'!' * 100}\n{reason}\n{'!' * 100}", file=sys.__stderr__, flush=True)
+        pytest.skip(reason)
