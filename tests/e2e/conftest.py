@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.skipping import skip_loudly
+
 HACK_DIR = Path(__file__).resolve().parents[2] / "hack"
 if str(HACK_DIR) not in sys.path:
     sys.path.insert(0, str(HACK_DIR))
@@ -35,8 +37,7 @@ def k8s_bin_dir() -> Path:
         return controlplane.find_bin_dir()
     except controlplane.BinariesUnavailableError as exc:
         reason = f"E2E TIER NOT RUN: Kubernetes binaries unavailable: {exc}"
-        print(f"\n{'!' * 100}\n{reason}\n{'!' * 100}", file=sys.__stderr__, flush=True)
-        pytest.skip(reason)
+        skip_loudly(reason)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +56,7 @@ def kwok_bin_dir() -> Path:
         return kwok_harness.find_kwok_bin_dir()
     except controlplane.BinariesUnavailableError as exc:
         reason = f"KWOK TESTS NOT RUN: kwok v{kwok_harness.KWOK_VERSION} unavailable: {exc}"
-        print(f"\n{'!' * 100}\n{reason}\n{'!' * 100}", file=sys.__stderr__, flush=True)
-        pytest.skip(reason)
+        skip_loudly(reason)
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +81,7 @@ def k8s_137_bin_dir() -> Path:
         return controlplane.find_bin_dir({**os.environ, "K8S_VERSION": K8S_137})
     except controlplane.BinariesUnavailableError as exc:
         reason = f"E2E TIER (1.37) NOT RUN: Kubernetes {K8S_137} binaries unavailable: {exc}"
-        print(f"\n{'!' * 100}\n{reason}\n{'!' * 100}", file=sys.__stderr__, flush=True)
-        pytest.skip(reason)
+        skip_loudly(reason)
 
 
 @pytest.fixture(scope="module")
@@ -142,5 +141,4 @@ def helm_bin() -> Path:
         return helmchart.find_helm()
     except controlplane.BinariesUnavailableError as exc:
         reason = f"HELM TESTS NOT RUN: helm v{helmchart.HELM_VERSION} unavailable: {exc}"
-        print(f"\n{'!' * 100}\n{reason}\n{'!' * 100}", file=sys.__stderr__, flush=True)
-        pytest.skip(reason)
+        skip_loudly(reason)

@@ -348,3 +348,14 @@ def overcommitted_nodes(cp: ControlPlane) -> list[str]:
                 if cpu:
                     used[node] = used.get(node, 0) + to_units("cpu", cpu)
     return [n for n, u in used.items() if u > allocatable.get(n, 0)]
+
+
+def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group, SIGKILL it if it has not ended within 15 s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)

@@ -11,11 +11,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
-import os
-import signal
 import ssl
 import subprocess
 import urllib.request
@@ -28,7 +25,7 @@ import yaml
 from controlplane import ControlPlane, free_ports, tail, wait_for
 from identities import EXTENDER_USER, MANIFESTS, NAMESPACE, TOKEN_SECRET, whoami
 from identities import _from_secret_mount as secret_mount_kubeconfig
-from support import Extender, Sampler, bound, events
+from support import Extender, Sampler, bound, events, stop_process_group
 
 pytestmark = pytest.mark.e2e
 
@@ -94,16 +91,6 @@ def _ready(port: int) -> bool:
         return False
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
-
-
 def _installed(plane: ControlPlane, helm_bin: Path) -> list[dict[str, Any]]:
     """``helm install`` as docs/deploy.md says, then the objects the release holds, read back from the
     API server (``helm get manifest`` names them)."""
@@ -159,7 +146,7 @@ def test_helm_install_schedules_a_gang(plane: ControlPlane, helm_bin: Path, tmp_
         assert metrics.get('gang_extender_events_total{outcome="failed"}', 0) == 0, metrics
         assert " 403" not in ext.log_path.read_text(), tail(ext.log_path)
     finally:
-        _stop(proc)
+        stop_process_group(proc)
         ext.stop()
     hc.helm(helm_bin, "uninstall", hc.RELEASE, "-n", NAMESPACE, kubeconfig=plane.kubeconfig)
     left = plane.kubectl("get", "clusterroles,clusterrolebindings,validatingadmissionpolicies", "-o", "name").stdout

@@ -23,7 +23,6 @@ import copy
 import json
 import os
 import re
-import signal
 import ssl
 import subprocess
 import time
@@ -37,7 +36,7 @@ import yaml
 from controlplane import ControlPlane, ControlPlaneError, free_ports, tail, wait_for
 from identities import EXTENDER_SA, EXTENDER_USER, MANIFESTS, NAMESPACE, extender_kubeconfig, install, whoami
 from identities import built as _built
-from support import ROOT, Extender, Sampler, bound, events, scheduler_config
+from support import ROOT, Extender, Sampler, bound, events, scheduler_config, stop_process_group
 
 from extender import config
 from extender.config import Settings
@@ -584,19 +583,8 @@ def test_second_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_
         assert "forbidden" not in log.lower(), tail(log_path)
         assert list((tmp_path / "cwd").iterdir()) == []  # nothing written: read-only root file system is fine
     finally:
-        _stop_process(proc)
+        stop_process_group(proc)
     _assert_writes_succeeded(ext)
-
-
-def _stop_process(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group, SIGKILL it if it has not ended within 15 s."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
 
 
 def test_ha_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path) -> None:
@@ -630,7 +618,7 @@ def test_ha_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path) ->
         assert "forbidden" not in log_path.read_text().lower(), tail(log_path)
         _assert_writes_succeeded(ext)
     finally:
-        _stop_process(proc)
+        stop_process_group(proc)
         ext.stop()
 
 

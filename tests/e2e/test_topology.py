@@ -10,7 +10,6 @@ API server only (kube-scheduler runs without GenericWorkload: gang-extender deci
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,8 @@ from support import (
     scheduling_with_extender,
     stays_unbound,
 )
+
+from tests.skipping import skip_loudly
 
 pytestmark = pytest.mark.e2e
 
@@ -169,8 +170,7 @@ def _control_plane(version: str, gates: dict[str, bool], runtime_config: tuple[s
         bin_dir = controlplane.find_bin_dir({**os.environ, "K8S_VERSION": version})
     except controlplane.BinariesUnavailableError as exc:
         reason = f"E2E TIER ({version}) NOT RUN: Kubernetes {version} binaries unavailable: {exc}"
-        print(f"\n{'!' * 100}\n{reason}\n{'!' * 100}", file=sys.__stderr__, flush=True)
-        pytest.skip(reason)
+        skip_loudly(reason)
     keep = os.environ.get("GANG_E2E_KEEP", "") not in ("", "0")
     with controlplane.ControlPlane(bin_dir, log=print, keep=keep, feature_gates=gates, default_feature_gates=False,
                                    runtime_config=runtime_config, scheduler_feature_gates={}) as plane:

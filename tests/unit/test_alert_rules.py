@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests import monitoring
 from tests.monitoring import ALERTS, RUNBOOK, alert_rules, dashboard_exprs, queried_metrics
+from tests.skipping import skip_loudly
 
 DEPLOY = monitoring.ROOT / "docs" / "deploy.md"
 
@@ -26,8 +26,7 @@ def promtool() -> Path:
         return monitoring.find_promtool()
     except monitoring.PromtoolUnavailableError as exc:
         reason = f"PROMTOOL TESTS NOT RUN: {exc}"
-        print(f"\n{'!' * 100}\n{reason}\n{'!' * 100}", file=sys.__stderr__, flush=True)
-        pytest.skip(reason)
+        skip_loudly(reason)
 
 
 def test_promtool_accepts_the_rules_file(promtool: Path) -> None:
