@@ -96,8 +96,9 @@ class ExplainPublisher(Generic[Key]):
                 self._write(item.target, "Normal", REASON, item.message, {ANNOTATION: body})
             except Exception as exc:  # best effort, like every Event: the next round tries again
                 self.counts["failed"] += 1
-                log.warning("GangState of %s not written: %s", item.key, exc)
-                continue
+                log.warning("GangState of %s not written: %s; the rest wait for the next round", item.key, exc)
+                looked -= 1  # not written: the next round starts with it
+                break  # the API server refuses or is gone: one failure a round, not one per gang
             self._last[key] = (item.steady, self._clock())
             self.counts["sent"] += 1
             written += 1

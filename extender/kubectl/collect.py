@@ -48,6 +48,7 @@ class GangRow:
     reason: str = ""                 # the last gang-extender Event: "Reason: message"
     reason_at: float = 0.0
     published: dict[str, Any] | None = None   # the leader's latest GangState form
+    published_version: int = -1               # its Event's resourceVersion (set by the API server)
     pods: list[str] = field(default_factory=list)
 
     @property
@@ -211,14 +212,43 @@ def _read_events(events: Iterable[Mapping[str, Any]], rows: dict[GangKey, GangRo
             except ValueError:
                 form = None
             key = published_key(form) if isinstance(form, dict) else None
-            if isinstance(form, dict) and key is not None and key in rows:
-                old = rows[key].published
-                if old is None or float(form.get("publishedAt") or 0) >= float(old.get("publishedAt") or 0):
-                    rows[key].published = form
+            if (isinstance(form, dict) and key is not None and key in rows and _usable(form)
+                    and _on_the_gang(event, key, of_pod)):
+                version = _version(event)
+                if version >= rows[key].published_version:  # the server's order, not the form's clock
+                    rows[key].published, rows[key].published_version = form, version
             continue
         for row in _about(event, rows, of_pod):
             if at >= row.reason_at:
                 row.reason, row.reason_at = f"{event.get('reason')}: {event.get('message') or ''}", at
+
+
+def _version(event: Mapping[str, Any]) -> int:
+    version = str((event.get("metadata") or {}).get("resourceVersion") or "0")
+    return int(version) if version.isdigit() else 0
+
+
+def _on_the_gang(event: Mapping[str, Any], key: GangKey, of_pod: Mapping[tuple[str, str], GangKey]) -> bool:
+    """Whether a ``GangState`` Event sits where gang-extender puts it: in the gang's own namespace, on its
+    group object or one of its members. Anyone who may create Events in a namespace can write one that
+    claims to be gang-extender's; this keeps it to that namespace's gangs (docs/deploy.md)."""
+    namespace = key.group.namespace
+    involved = event.get("involvedObject") or {}
+    if (event.get("metadata") or {}).get("namespace") != namespace or involved.get("namespace") != namespace:
+        return False
+    if involved.get("kind") == "Pod":
+        return of_pod.get((namespace, str(involved.get("name") or ""))) == key
+    return involved.get("name") == key.group.name
+
+
+def _usable(form: Mapping[str, Any]) -> bool:
+    """Whether a published form has the shape the plugin reads (a malformed one is skipped, not fatal)."""
+    try:
+        float(form.get("publishedAt") or 0)
+    except (TypeError, ValueError):
+        return False
+    return (isinstance(form.get("state") or "", str) and isinstance(form.get("waiting") or "", str)
+            and isinstance(form.get("shortfall") or {}, dict) and isinstance(form.get("members") or {}, dict))
 
 
 def gang_rows(groups: Iterable[GroupObject], pods: Iterable[Mapping[str, Any]],

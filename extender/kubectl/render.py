@@ -66,6 +66,10 @@ def page(row: GangRow, now: float) -> str:
     at = float(published.get("publishedAt") or now)
     lines.append(f"Published:   {_seconds_ago(max(now - at, 0.0))} ago by the leading gang-extender (GangState "
                  "Event); as of then:")
-    body = explain.render({"gangs": [expand(published, now)]})
+    try:
+        body = explain.render({"gangs": [expand(published, now)]})
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # not a form gang-extender wrote
+        lines.append(f"  (unreadable: {type(exc).__name__}; not written by this gang-extender version?)")
+        return "\n".join(lines) + "\n"
     lines.extend("  " + line if line else line for line in body.rstrip("\n").split("\n")[1:])
     return "\n".join(lines) + "\n"

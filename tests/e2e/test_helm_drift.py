@@ -104,6 +104,11 @@ def test_gang_settings_render_the_extenders_flags(helm_bin: Path, tmp_path: Path
     values = tmp_path / "values.yaml"
     values.write_text("gang:\n  preemption: off\n")
     assert _parsed(hc.extender_args(hc.rendered(helm_bin, [values]))).preemption == "off"
+    # A values file's numbers reach the templates as floats: a big whole one still renders as digits.
+    values.write_text("gang:\n  maxEvictionsPerMinute: 1000000\n  maxWaitSeconds: 30.5\n")
+    big = hc.rendered(helm_bin, [values])
+    parsed = vars(_parsed(hc.extender_args(big)))
+    assert (parsed["max_evictions_per_minute"], parsed["max_wait_seconds"]) == ("1000000", "30.5")
 
 
 def test_filter_gated_mode_renders_the_shipped_filter_gated_entry(helm_bin: Path) -> None:

@@ -204,11 +204,12 @@ def test_publisher_failures_are_retried_next_round() -> None:
         if failing["on"]:
             raise KubeError("POST events: 500")
 
-    gangs = Gangs(item("a", "Holding"))
+    gangs = Gangs(*(item(name, "Holding") for name in ("a", "b", "c")))
     publisher = ExplainPublisher(gangs.keys, gangs.explain, write, clock=FakeClock(), sleep=lambda s: None)
+    # the API server refuses: one attempt a round, not one per gang
     assert publisher.round() == 0 and publisher.counts["failed"] == 1
     failing["on"] = False
-    assert publisher.round() == 1
+    assert publisher.round() == 3
 
 
 def test_publisher_runs_only_while_leading() -> None:
@@ -359,3 +360,27 @@ def test_main_rejects_namespace_with_all_namespaces() -> None:
     with pytest.raises(SystemExit):
         main.main(["list", "-n", "ml", "-A"])
     assert isinstance(main._parser().parse_args(["explain", "ml/x"]), argparse.Namespace)
+
+
+def test_a_forged_or_malformed_gang_state_event_does_not_speak_for_a_gang() -> None:
+    """Anyone who may create Events in a namespace can write one that claims to be gang-extender's: one
+    in another namespace, or on an object not of the gang, is ignored; the newest by the API server's
+    resourceVersion wins whatever its form's clock says; a malformed form is skipped, and a page whose
+    form cannot be read says so instead of failing."""
+    genuine = explanation.compact(answer(state="WaitingForMembers", waiting="genuine"), now=1_800_000_001.0)
+    forged = explanation.compact(answer(state="Bound", waiting="forged"), now=1_800_000_001.0) | {
+        "publishedAt": 9e15}
+    at = "2027-01-15T08:00:05Z"
+    events = [
+        event(REASON, "ok", "PodGroup", "train", at, version=5, form=genuine),
+        event(REASON, "x", "PodGroup", "train", at, version=4, form=forged),  # older: its clock is a lie
+        event(REASON, "x", "PodGroup", "train", at, version=9, ns="attacker", form=forged),
+        event(REASON, "x", "Pod", "someone-else", at, version=10, form=forged),
+        event(REASON, "x", "PodGroup", "train", at, version=11, form=genuine | {"shortfall": "x"}),
+        event(REASON, "x", "PodGroup", "train", at, version=12, form=genuine | {"publishedAt": "abc"}),
+    ]
+    rows = rows_of(podgroup("train", 4), *(member(f"train-{i}", "train") for i in range(3)),
+                   member("someone-else", "other"), events=events)
+    assert (rows["ml/train"].state, rows["ml/train"].why) == ("WaitingForMembers", "genuine")
+    rows["ml/train"].published = genuine | {"members": "many"}  # as if read by an older plugin
+    assert "(unreadable: AttributeError" in render.page(rows["ml/train"], 1_800_000_010.0)

@@ -48,8 +48,8 @@ leaderElection:
   resourceLock: leases
   resourceName: {{ .Values.schedulerName }}
   resourceNamespace: {{ .Release.Namespace }}
-podInitialBackoffSeconds: {{ .Values.scheduler.podInitialBackoffSeconds }}
-podMaxBackoffSeconds: {{ .Values.scheduler.podMaxBackoffSeconds }}
+podInitialBackoffSeconds: {{ int .Values.scheduler.podInitialBackoffSeconds }}
+podMaxBackoffSeconds: {{ int .Values.scheduler.podMaxBackoffSeconds }}
 profiles:
 - schedulerName: {{ .Values.schedulerName }}
 extenders:
@@ -118,6 +118,8 @@ on/off read as a boolean is written back as on/off.
 {{- define "gang-extender.flag" -}}
 {{- $value := index . 1 -}}
 {{- if kindIs "bool" $value -}}{{- $value = ternary "on" "off" $value -}}{{- end -}}
+{{- /* a whole number as digits: YAML numbers reach templates as floats, which print 1e+06 */ -}}
+{{- if and (kindIs "float64" $value) (eq (float64 (int64 $value)) $value) -}}{{- $value = int64 $value -}}{{- end -}}
 {{- if not (kindIs "invalid" $value) }}
 - --{{ index . 0 }}={{ $value }}
 {{- end -}}
