@@ -145,3 +145,16 @@ def test_monitoring_wrappers_carry_their_files(helm_bin: Path) -> None:
     (board,) = [c for c in hc.by_kind(objects, "ConfigMap") if c["metadata"]["name"] == "gang-extender-dashboard"]
     assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(board["data"]["gang-extender.json"]) == json.loads(dashboard.read_text())
+
+
+def test_hostile_values_are_refused_or_rendered_safely(helm_bin: Path) -> None:
+    """extraArgs may not override what the chart sets from other values (the loopback host, the bind
+    mode the scheduler configuration matches); a scheduler name YAML would read as a boolean stays a
+    string."""
+    for arg in ("--host=0.0.0.0", "--bind-mode=filter-gated", "--scheduler-http-timeout-seconds=5", "--port"):
+        refused = hc.template(helm_bin, sets=[f"extender.extraArgs={{{arg}}}"], check=False)
+        assert refused.returncode != 0 and "'not' failed" in refused.stderr, (arg, refused.stderr)
+    objects = hc.rendered(helm_bin, sets=["schedulerName=yes"])
+    assert hc.scheduler_configuration(objects)["profiles"] == [{"schedulerName": "yes"}]
+    (role,) = [r for r in hc.by_kind(objects, "Role") if r["metadata"]["name"] == "gang-scheduler:leader-election"]
+    assert role["rules"][0]["resourceNames"] == ["yes"]

@@ -46,12 +46,12 @@ kind: KubeSchedulerConfiguration
 leaderElection:
   leaderElect: true
   resourceLock: leases
-  resourceName: {{ .Values.schedulerName }}
+  resourceName: {{ .Values.schedulerName | quote }}
   resourceNamespace: {{ .Release.Namespace }}
 podInitialBackoffSeconds: {{ int .Values.scheduler.podInitialBackoffSeconds }}
 podMaxBackoffSeconds: {{ int .Values.scheduler.podMaxBackoffSeconds }}
 profiles:
-- schedulerName: {{ .Values.schedulerName }}
+- schedulerName: {{ .Values.schedulerName | quote }}
 extenders:
 - urlPrefix: {{ printf "%s://127.0.0.1:%d" (include "gang-extender.scheme" .) (int .Values.extender.port) | quote }}
   filterVerb: filter
