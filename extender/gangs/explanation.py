@@ -221,10 +221,15 @@ def _since(view: Mapping[str, Any] | None, key: str, now: float) -> dict[str, An
     return out
 
 
+OTHER_NAMESPACE = "(another namespace)"
+"""What a published form says in place of a gang or pod of another namespace (its readers may see only theirs)."""
+
+
 def compact(answer: Mapping[str, Any], now: float) -> dict[str, Any]:
     """The published form of one ``explain`` answer (what ``kubectl gang explain`` reads from the API
-    server): lists and texts cut short, empty fields dropped, and every "seconds left / ago" turned into
-    a wall-clock time (``now``, seconds since the epoch), so an unchanged gang publishes the same fields."""
+    server): lists and texts cut short, empty fields dropped, every "seconds left / ago" turned into a
+    wall-clock time (``now``, seconds since the epoch), so an unchanged gang publishes the same fields, and
+    the gangs ahead and victims of other namespaces named only as such (the Event sits in the gang's)."""
     out = {k: v for k, v in answer.items() if k not in ("order", "topology", *(r for r, _, _ in _RELATIVE))}
     for relative, absolute, sign in _RELATIVE:
         seconds = answer.get(relative)
@@ -240,18 +245,24 @@ def compact(answer: Mapping[str, Any], now: float) -> dict[str, Any]:
     order = answer.get("order")
     if order:
         view = _since(order, "waitingSeconds", now) or {}
-        view["ahead"] = [_since(a, "waitingSeconds", now) for a in order.get("ahead") or []]
+        mine = f"{answer.get('namespace')}/"
+        view["ahead"] = [_since(a if str(a.get("gang", "")).startswith(mine) else {**a, "gang": OTHER_NAMESPACE},
+                                "waitingSeconds", now) for a in order.get("ahead") or []]
         for part in ("draining", "preemption"):
             if order.get(part):
                 view[part] = _since(order[part], "sinceSeconds", now)
+        victims = (view.get("preemption") or {}).get("victims")
+        if victims:
+            view["preemption"]["victims"] = [v if str(v).startswith(mine) else OTHER_NAMESPACE for v in victims]
         out["order"] = view
     return {**_trimmed(out), "publishedAt": round(now, 1)}
 
 
 def steady(published: Mapping[str, Any]) -> dict[str, Any]:
     """What of a published form is worth a new write: everything but the clock times (a moving deadline
-    is written with the next real change)."""
-    clock = {"publishedAt", "deadlineAt", "backoffUntil", "since"}
+    is written with the next real change) and the place in the order (it moves whenever any gang joins or
+    leaves the queue: written with the next real change, or the periodic refresh)."""
+    clock = {"publishedAt", "deadlineAt", "backoffUntil", "since", "position", "of", "ahead"}
 
     def strip(value: Any) -> Any:
         if isinstance(value, dict):

@@ -89,6 +89,22 @@ def test_published_form_is_compact_and_reads_back_as_of_now() -> None:
     assert explanation.steady(explanation.compact(answer(order=order, timeoutRemainingSeconds=14.0), 1001.0)) == \
         explanation.steady(form)
     assert explanation.steady(explanation.compact(answer(state="Admitted"), 1000.0)) != explanation.steady(form)
+    # nor is a move in the queue (any gang joining or leaving moves it): that waits for a real change
+    moved = order | {"position": 1, "of": 7, "ahead": []}
+    assert explanation.steady(explanation.compact(answer(order=moved), 1000.0)) == explanation.steady(form)
+
+
+def test_published_form_names_no_gang_or_pod_of_another_namespace() -> None:
+    """The Event sits in the gang's namespace, readable by whoever may read Events there: gangs ahead and
+    preemption victims of other namespaces are named only as such."""
+    order = {"position": 3, "of": 3, "priority": 0, "waitingSeconds": 40.0, "maxWaitSeconds": 300.0,
+             "ahead": [{"gang": "ml/a", "priority": 5, "waitingSeconds": 60},
+                       {"gang": "other-team/secret-job", "priority": 9, "waitingSeconds": 90}],
+             "preemption": {"victims": ["ml/old", "other-team/x-0"], "pods": 2, "remaining": 2, "sinceSeconds": 1}}
+    form = explanation.compact(answer(order=order), now=1000.0)
+    assert [a["gang"] for a in form["order"]["ahead"]] == ["ml/a", explanation.OTHER_NAMESPACE]
+    assert form["order"]["preemption"]["victims"] == ["ml/old", explanation.OTHER_NAMESPACE]
+    assert "other-team" not in json.dumps(form)
 
 
 def test_explanations_go_on_the_group_object_or_the_first_member() -> None:
