@@ -15,6 +15,7 @@ from extender.cluster.groups import GROUP_PARSERS, GroupMeta, group_meta
 from extender.cluster.model import GangPolicy, GroupKind, GroupRef
 
 ObjectKey = tuple[str, str]  # (namespace, name) of a group object
+Parsed = tuple[tuple[GroupKind, ObjectKey], dict[GroupRef, GangPolicy | None], GroupMeta]
 
 
 class GroupIndex:
@@ -26,12 +27,17 @@ class GroupIndex:
         self._meta: dict[GroupRef, GroupMeta] = {}
         self._changes: set[GroupRef] = set()
 
-    def upsert(self, kind: GroupKind, obj: Mapping[str, Any]) -> ObjectKey:
-        """Add or update a group object (parsed here: a malformed one raises before anything changes)."""
-        groups = GROUP_PARSERS[kind](obj)
-        meta = group_meta(kind, obj)
+    @staticmethod
+    def parse(kind: GroupKind, obj: Mapping[str, Any]) -> Parsed:
+        """A group object read (no state touched: callers parse before taking their lock); a malformed
+        one raises."""
         metadata = obj.get("metadata") or {}
         key = (kind, (str(metadata.get("namespace") or "default"), str(metadata.get("name"))))
+        return key, GROUP_PARSERS[kind](obj), group_meta(kind, obj)
+
+    def apply(self, parsed: Parsed) -> ObjectKey:
+        """Add or update a parsed group object; returns its (namespace, name)."""
+        key, groups, meta = parsed
         old = {ref: self._policies.get(ref) for ref in self._objects.get(key, ())}
         self._drop(old)
         for ref, policy in groups.items():

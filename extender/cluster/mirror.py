@@ -246,8 +246,9 @@ class ClusterMirror:
     # ------------------------------------------------------------------------------------ groups
     def upsert_group(self, kind: GroupKind, obj: Mapping[str, Any]) -> ObjectKey:
         """Add or update a group object; returns its (namespace, name)."""
+        parsed = GroupIndex.parse(kind, obj)  # outside the lock the verbs take
         with self.lock:
-            return self._groups.upsert(kind, obj)
+            return self._groups.apply(parsed)
 
     def delete_group(self, kind: GroupKind, namespace: str, name: str) -> None:
         with self.lock:
