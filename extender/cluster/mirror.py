@@ -48,6 +48,7 @@ class ClusterMirror:
         self._uid_by_key: dict[tuple[str, str], str] = {}
         self._assumed: dict[str, str] = {}  # uid -> node, for binds not yet seen in the watch
         self._used: dict[str, Resources] = {}  # node -> requests of the non-terminal pods placed there
+        self._free_cpu: dict[str, int] = {}  # known node -> allocatable cpu less its _used cpu
         self._members: dict[GangKey, set[str]] = {}
         self._tried: dict[str, GangKey] = {}  # unbound gang members kube-scheduler found no node for
         self._groups = GroupIndex()  # group objects, the gang policies they define, their changes
@@ -87,6 +88,7 @@ class ClusterMirror:
             if old == record:
                 return record.name
             self.nodes[record.name] = record
+            self._free_cpu[record.name] = record.allocatable.get(CPU, 0) - self._used.get(record.name, {}).get(CPU, 0)
             if old is None or old.allocatable != record.allocatable or old.labels != record.labels:
                 self._node_set_generation += 1  # what an empty cluster can hold (labels: topology domains)
             self._touch(record.name)
@@ -95,6 +97,7 @@ class ClusterMirror:
     def delete_node(self, name: str) -> None:
         with self.lock:
             if self.nodes.pop(name, None) is not None:
+                del self._free_cpu[name]
                 self._node_set_generation += 1
                 self._touch(name)
 
@@ -127,8 +130,9 @@ class ClusterMirror:
     def _account(self, pod: PodRecord, sign: int) -> None:
         node = self._placement(pod)
         if node:
-            used = self._used.setdefault(node, {})
-            add_into(used, pod.requests, sign)
+            add_into(self._used.setdefault(node, {}), pod.requests, sign)
+            if node in self._free_cpu:
+                self._free_cpu[node] -= sign * pod.requests.get(CPU, 0)
             self._touch(node)
         if pod.gang is not None and not pod.terminal:
             members = self._members.setdefault(pod.gang, set())
@@ -379,10 +383,7 @@ class ClusterMirror:
         """Every node's ``free(node, for_gang).get("cpu", 0)`` at once, without building each node's free
         resources: the admission planner orders all nodes by it and builds those only for nodes it visits."""
         with self.lock:
-            cpu = {name: record.allocatable.get(CPU, 0) for name, record in self.nodes.items()}
-            for name, used in self._used.items():
-                if name in cpu:
-                    cpu[name] -= used.get(CPU, 0)
+            cpu = dict(self._free_cpu)
             for name, _by_gang in self._reservations.by_node():
                 if name in cpu:
                     cpu[name] = self._reservations.cpu_left(name, cpu[name], for_gang)

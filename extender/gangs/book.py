@@ -35,6 +35,7 @@ from extender.cluster.model import (
 from extender.cluster.quantity import Resources, describe
 from extender.cluster.records import pod_placement
 from extender.cluster.topology import merge
+from extender.gangs import planner
 from extender.gangs.state import GangState, Hold
 from extender.gangs.topology import Domain
 
@@ -87,6 +88,9 @@ class GangBook:
         # of interleaved gang members does exactly that). None: no limit.
         self.max_held_binds = max_held_binds
         self._gangs: dict[GangKey, GangState] = {}
+        # The gangs that may have work for the clock or the queue (``_busy_states``): a subset of
+        # ``_gangs`` kept so that per-request walks do not grow with every gang ever seen.
+        self._busy: dict[GangKey, GangState] = {}
         self._verdicts: dict[GangKey, str] = {}  # last waiting message of gangs the ledger has no state for
         self._blocked: dict[str, PodRecord] = {}  # pods rejected until capacity frees up
         self._rejected: dict[GangKey, set[str]] = {}  # members a gang rule rejected: woken at admission
@@ -108,7 +112,7 @@ class GangBook:
             if self._blocked or any(self._rejected.values()):
                 return True
             now = self.clock()
-            return any(s.holds or s.admitted_at is not None or s.backoff_until > now for s in self._gangs.values())
+            return any(s.holds or s.admitted_at is not None or s.backoff_until > now for s in self._busy_states())
 
     def known_gangs(self) -> list[GangKey]:
         """Every gang the ledger has state or a waiting verdict for (the gangs whose explanation is
@@ -118,11 +122,11 @@ class GangBook:
 
     def held_count(self) -> int:
         with self.lock:
-            return sum(len(s.holds) for s in self._gangs.values())
+            return sum(len(s.holds) for s in self._busy_states())
 
     def admitted_count(self) -> int:
         with self.lock:
-            return sum(1 for s in self._gangs.values() if s.admitted_at is not None)
+            return sum(1 for s in self._busy_states() if s.admitted_at is not None)
 
     def gang_of(self, pod: PodRecord) -> tuple[GangKey | None, GangPolicy | None]:
         """(gang, policy) of a gang member; (gang, None) while its group definition is not seen yet;
@@ -147,6 +151,31 @@ class GangBook:
     @staticmethod
     def _waiting(state: GangState) -> list[Hold]:
         return [h for h in state.holds.values() if not h.releasing]
+
+    # ------------------------------------------------------------------------ the busy gangs
+    def _mark_busy(self, state: GangState) -> None:
+        """``state`` now has work for the clock or the queue: called where a gang is admitted, gets a
+        held bind or starts waiting its turn (every other unsettled state follows from one of those)."""
+        self._busy[state.gang] = state
+
+    @staticmethod
+    def _settled(state: GangState) -> bool:
+        """Nothing to do for the gang until a request comes: not admitted, nothing held, no deadline, not
+        waiting its turn or draining, no back-off to wake from, no timed-out attempt still open."""
+        return (not state.holds and state.admitted_at is None and state.deadline is None
+                and state.waiting_since is None and state.woken_after_backoff and not state.timeouts
+                and not state.drain)
+
+    def _busy_states(self) -> list[GangState]:
+        """The gangs that are not settled (settled and forgotten ones leave the set here)."""
+        gone = [g for g, s in self._busy.items() if self._gangs.get(g) is not s or self._settled(s)]
+        for gang in gone:
+            del self._busy[gang]
+        return list(self._busy.values())
+
+    def _rebuild_busy(self) -> None:
+        """Find the unsettled gangs among all (the full sweep's safety net for a mark missed)."""
+        self._busy = {g: s for g, s in self._gangs.items() if not self._settled(s)}
 
     # -------------------------------------------------------------------- telling and waking
     def note_waiting(self, pod: PodRecord, verdict: Verdict) -> None:
@@ -181,9 +210,8 @@ class GangBook:
     def _free_for(self, gang: GangKey) -> Callable[[NodeRecord], Resources]:
         return lambda node: self.mirror.free(node.name, gang)
 
-    def _free_cpu_for(self, gang: GangKey) -> Callable[[NodeRecord], int]:
-        free_cpu = self.mirror.free_cpu_by_node(gang)
-        return lambda node: free_cpu[node.name]
+    def _free_cpu_for(self, gang: GangKey) -> planner.FreeCpu:
+        return planner.FreeCpu(self.mirror.free_cpu_by_node(gang))
 
     # -------------------------------------------------------------------------- shared steps
     def _reset(self, state: GangState) -> None:

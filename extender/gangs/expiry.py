@@ -138,17 +138,21 @@ class GangExpiry(GangBook):
         completed, each marked releasing: the caller must bind every one and report with ``released``.
         Without it nothing is marked, and the next bind request of such a gang completes its quorum.
 
-        The walk over every gang is skipped if one ran less than ``min_interval`` ago: a filter
-        sweeps with a short interval, as walking hundreds of admitted gangs on every request was a
-        third of the filter's time in a backlog (held binds expire themselves at their deadline, and
-        the background tick sweeps every second in any case)."""
+        ``min_interval`` 0 (the background tick, every second) walks every gang the ledger tracks.
+        Otherwise (a filter, with a short interval) the walk is skipped if one ran less than
+        ``min_interval`` ago, and walks only the gangs that are not settled (``_busy_states``): walking
+        every gang on every request was a third of the filter's time in a backlog of hundreds of
+        gangs, and grew with every gang completed (upstream's 3,000 gangs of 3). Held binds expire
+        themselves at their deadline in any case."""
         with self.lock:
             releases = self._follow_policy_changes(release)
             now = self.clock()
             if now - self._swept_at < min_interval:
                 return releases
             self._swept_at = now
-            for gang, state in list(self._gangs.items()):
+            full = min_interval <= 0
+            for state in list(self._gangs.values()) if full else self._busy_states():
+                gang = state.gang
                 due = self._due(state)
                 if due is not None and now >= due:
                     self.expire_if_due(gang)
@@ -158,6 +162,9 @@ class GangExpiry(GangBook):
                 if not state.holds and not self.mirror.member_count(gang):
                     self._reset(state)
                     del self._gangs[gang]
+            if not full:
+                return releases
+            self._rebuild_busy()
             if self._verdicts:
                 for gang in [g for g in self._verdicts if g in self._gangs or not self.mirror.member_count(g)]:
                     del self._verdicts[gang]

@@ -95,7 +95,7 @@ class FilterGate(GangPreemption):
                 if now - self._followed_at >= max(min_interval, FOLLOW_INTERVAL):
                     self._followed_at = now
                     # an admitted gang; or one that timed out, whose members passed filter and may still bind
-                    for state in [s for s in self._gangs.values() if s.admitted_at is not None or s.timeouts]:
+                    for state in [s for s in self._busy_states() if s.admitted_at is not None or s.timeouts]:
                         self._follow_binds(state, now)
         return super().sweep(min_interval, release=release)
 

@@ -107,19 +107,22 @@ class GangLedger(FilterGate):
                                       f"{constraint.message}")
                 return Verdict(Code.WAIT_UNRESOLVABLE, state.last_message)
             state.constraint, state.constraint_known = constraint, True
-            verdict = self._never_fits(state, members)
-            if verdict is not None:
-                return verdict
+            # Whether the gang could fit an empty cluster is asked only when it does not fit this one:
+            # a plan that fits answers it (the check plans over every node, as the plan does).
             needed = policy.min_count - len(placed) - len(self._waiting(state))
             verdict = self._barrier_room(gang, needed)
             if verdict is not None:
-                state.last_message = verdict.message
-                return verdict
+                never = self._never_fits(state, members)
+                if never is None:
+                    state.last_message = verdict.message
+                return never or verdict
             levels = self.levels_for(constraint)
             inputs = (self.mirror.generation, needed, tuple(members), constraint, levels, state.avoid)
             if state.failed_plan is not None and state.failed_plan_inputs == inputs:
-                state.last_message = state.failed_plan.message
-                return state.failed_plan  # no capacity, member, count or constraint changed since it did not fit
+                never = self._never_fits(state, members)  # cached, unless the nodes or members changed
+                if never is None:
+                    state.last_message = state.failed_plan.message
+                return never or state.failed_plan  # no capacity, member, count or constraint changed since
             pending = [p for p in members if p.uid not in state.holds and not self.mirror.placement(p.uid)]
             chosen = planner.pick_for_reservation(pending, needed)
             placement = topology.place_gang(chosen, pending, self.mirror.nodes.values(), self._free_for(gang),
@@ -127,10 +130,14 @@ class GangLedger(FilterGate):
                                             bound_nodes=self.placed_nodes(placed), avoid=state.avoid)
             state.other_domains = placement.others
             if not placement.plan.complete:
+                never = self._never_fits(state, members)
+                if never is not None:
+                    return never
                 verdict = rules.admission_wait(gang, placement.plan, needed)
                 state.last_message = verdict.message
                 state.failed_plan, state.failed_plan_inputs = verdict, inputs
                 return verdict
+            state.never_fits = None  # it fits now
             self._admit(state, placement, chosen, pending, len(placed), now)
             return PASS
 
@@ -141,6 +148,7 @@ class GangLedger(FilterGate):
         state.failed_plan, state.failed_plan_inputs = None, ()
         state.admitted_at = now
         state.deadline = now + self.timeout_for(policy)
+        self._mark_busy(state)
         state.domain, state.offered, state.filters_seen = placement.domain, set(), 0
         self._note_admitted(state, now)
         self.mirror.reserve(gang, result.slots)
@@ -215,6 +223,7 @@ class GangLedger(FilterGate):
                     f"bind of pod {pod.namespace}/{pod.name} reached gang-extender too late to be held "
                     f"(kube-scheduler's httpTimeout less the answer margin had passed); kube-scheduler retries it"))
             state.holds[pod.uid] = hold
+            self._mark_busy(state)
             waiting = self._waiting(state)
             if pod.uid not in state.held_ever:
                 # A member new to this attempt reached the barrier: the gang is progressing, so its

@@ -9,9 +9,9 @@ result.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from extender.cluster.fit import placement_failure
 from extender.cluster.model import NodeRecord, Placement, PodRecord
@@ -69,26 +69,31 @@ def copies(requests: Mapping[str, int], free: Mapping[str, int]) -> int:
 
 def plan(members: Sequence[PodRecord], nodes: Iterable[NodeRecord],
          free_of: Callable[[NodeRecord], Resources],
-         free_cpu: Callable[[NodeRecord], int] | None = None) -> Plan:
+         free_cpu: Callable[[NodeRecord], int] | FreeCpu | None = None) -> Plan:
     """Place ``members`` on ``nodes`` first-fit, most-allocated node first (packs gangs tightly).
 
     ``free_of(node)`` gives the capacity available to the gang on that node; ``free_cpu(node)``, when
-    given, must equal ``free_of(node).get("cpu", 0)`` and be cheaper. Nodes are ordered by free cpu;
-    with ``free_cpu``, ``free_of`` is called at most once per node, and only when a member could go
-    there (enough cpu, placement matches) or to explain why a member fits nowhere: placing a gang that
-    fits builds the free capacity only of the nodes it tries before every member is placed.
+    given, must equal ``free_of(node).get("cpu", 0)`` and be cheaper (a ``FreeCpu`` is cheapest).
+    Nodes are ordered by free cpu; with ``free_cpu``, ``free_of`` is called at most once per node,
+    and only when a member could go there (enough cpu, placement matches) or to explain why a member
+    fits nowhere: placing a gang that fits builds the free capacity only of the nodes it tries before
+    every member is placed.
     Deterministic: the same inputs always give the same plan.
     """
     node_list = list(nodes)
-    cpu_of = free_cpu or (lambda node: free_of(node).get(CPU, 0))
-    start_cpu = {node.name: cpu_of(node) for node in node_list}
-    order = sorted(node_list, key=attrgetter("name"))
-    order.sort(key=lambda n: start_cpu[n.name])  # stable: by free cpu, then name (cheaper than tuple keys)
+    start_cpu: Mapping[str, int]
+    if isinstance(free_cpu, FreeCpu):
+        start_cpu = free_cpu
+    else:
+        cpu_of = free_cpu or (lambda node: free_of(node).get(CPU, 0))
+        start_cpu = {node.name: cpu_of(node) for node in node_list}
+    shapes = _shapes(members)
+    order = _ByFreeCpu(node_list, start_cpu, min((s.requests.get(CPU, 0) for s in shapes), default=0))
     free = _FreeView(free_of, start_cpu)
     slots: list[tuple[str, Resources]] = []
     unplaced: list[PodRecord] = []
     blocking = ""
-    for shape in _shapes(members):
+    for shape in shapes:
         remaining = list(shape.pods)
         cpu = shape.requests.get(CPU, 0)
         for node in order:
@@ -109,6 +114,37 @@ def plan(members: Sequence[PodRecord], nodes: Iterable[NodeRecord],
             if not blocking:
                 blocking = _blocking_reason(shape, node_list, free)
     return Plan(tuple(slots), tuple(unplaced), blocking)
+
+
+class FreeCpu(dict[str, int]):
+    """Free cpu by node name, also callable as ``free_cpu(node)``: ``plan`` reads it as it is instead
+    of calling it once per node."""
+
+    def __call__(self, node: NodeRecord) -> int:
+        return self[node.name]
+
+
+class _ByFreeCpu:
+    """The nodes by free cpu, then name, sorted only as far as they are walked: a gang that fits the
+    first few nodes does not pay for ordering thousands (a heap; the order walked is cached so every
+    shape walks it from the start). Nodes with less free cpu than ``least`` (the smallest member's)
+    are left out: no member could go there, and full nodes would come first."""
+
+    __slots__ = ("_heap", "_nodes", "_walked")
+
+    def __init__(self, nodes: Sequence[NodeRecord], start_cpu: Mapping[str, int], least: int) -> None:
+        self._nodes = nodes
+        self._heap = [(cpu, node.name, i) for i, node in enumerate(nodes)
+                      if (cpu := start_cpu[node.name]) >= least or least <= 0]
+        heapq.heapify(self._heap)
+        self._walked: list[NodeRecord] = []
+
+    def __iter__(self) -> Iterator[NodeRecord]:
+        yield from self._walked  # the nodes ordered so far, then more from the heap
+        while self._heap:
+            node = self._nodes[heapq.heappop(self._heap)[2]]
+            self._walked.append(node)
+            yield node
 
 
 class _FreeView:

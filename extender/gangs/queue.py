@@ -84,6 +84,7 @@ class GangQueue(GangExpiry):
         """The gang waits from now (unless it already did): its priority, and any problem with it told."""
         if state.waiting_since is None:
             state.waiting_since = now
+        self._mark_busy(state)
         state.priority, problem = order.gang_priority(state.policy.order, members)
         own = state.policy.order.problem if state.policy.order is not None else ""
         state.order_problem = "; ".join(p for p in (own, problem) if p)
@@ -120,7 +121,7 @@ class GangQueue(GangExpiry):
     def _candidates(self) -> list[GangState]:
         """Waiting gangs, unordered (a gang that lost its quorum leaves the queue)."""
         waiting = []
-        for state in self._gangs.values():
+        for state in self._busy_states():
             if state.admitted_at is not None or state.waiting_since is None or state.never_fits is not None:
                 continue
             if self.mirror.member_count(state.gang) < state.policy.min_count:
@@ -173,7 +174,7 @@ class GangQueue(GangExpiry):
         """Binds that gangs may hold at once: held now, plus reserved members still to come."""
         with self.lock:
             return sum(len(self._waiting(s)) + (self.mirror.reserved_count(s.gang) if s.admitted_at is not None else 0)
-                       for s in self._gangs.values())
+                       for s in self._busy_states())
 
     def _barrier_room(self, gang: GangKey, needed: int) -> Verdict | None:
         """None when the gang's ``needed`` held binds fit the thread budget beside gangs in flight."""
@@ -200,7 +201,7 @@ class GangQueue(GangExpiry):
     def _update_drains(self, now: float) -> None:
         """Only the head of the queue drains, and only once it has waited longer than its maximum wait."""
         head = min(self._candidates(), key=_queue_key, default=None)
-        for state in self._gangs.values():
+        for state in self._busy_states():
             if state.drain and state is not head and state.admitted_at is None:
                 self._end_drain(state, "it is no longer first in the admission order")
         if head is None or head.waiting_since is None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender.cluster import mirror
 from extender.cluster.mirror import ClusterMirror
@@ -315,3 +317,31 @@ def test_a_draining_reservation_holds_off_only_pods_of_its_priority_or_lower(m: 
     assert m.free("n1", None, priority=100)["cpu"] == 1000 and m.free("n1", None, priority=101)["cpu"] == 4000
     m.reserve(admitted, [("n1", {"cpu": 1000})])
     assert m.free("n1", None, priority=10**6)["cpu"] == 3000 and m.free("n1", None, priority=100)["cpu"] == 0
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["node", "drop-node", "pod", "drop-pod", "finish", "assume", "forget"]),
+                         st.integers(0, 3), st.integers(0, 5), st.integers(0, 3)), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPS)
+def test_free_cpu_by_node_follows_every_change(ops: list[tuple[str, int, int, int]]) -> None:
+    """Kept as pods and nodes come and go (not recomputed per call): always what ``free`` computes."""
+    m = ClusterMirror()
+    for op, n, p, cpu in ops:
+        name, uid = f"n{n}", f"u{p}"
+        if op == "node":
+            m.upsert_node(node(name, cpu=str(cpu + 1)))
+        elif op == "drop-node":
+            m.delete_node(name)
+        elif op == "pod":
+            m.upsert_pod(pod(f"p{p}", uid=uid, cpu=f"{cpu * 300}m", node=name if cpu else None))
+        elif op == "drop-pod":
+            m.delete_pod(uid)
+        elif op == "finish" and m.pod_by_uid(uid) is not None:
+            m.upsert_pod(pod(f"p{p}", uid=uid, cpu="300m", node=name, phase="Succeeded"))
+        elif op == "assume" and m.pod_by_uid(uid) is not None:
+            m.assume(uid, name)
+        elif op == "forget":
+            m.forget(uid)
+        assert m.free_cpu_by_node(None) == {nm: m.free(nm, None).get("cpu", 0) for nm in m.nodes}

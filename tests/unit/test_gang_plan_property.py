@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from extender.cluster.fit import placement_failure
 from extender.cluster.model import NodeRecord, PodRecord, Taint
 from extender.cluster.quantity import PODS, Resources, add_into, describe
-from extender.gangs.planner import Plan, _Shape, _shapes, copies, plan
+from extender.gangs.planner import FreeCpu, Plan, _Shape, _shapes, copies, plan
 
 GI = 2**30
 GPU = "nvidia.com/gpu"
@@ -137,6 +137,8 @@ def test_plan_matches_the_reference(cluster: tuple[list[NodeRecord], dict[str, R
     assert plan(members, nodes, free_of, lambda node: free[node.name].get("cpu", 0)) == expected
     assert len(visited) == len(set(visited)), "a node's free capacity was built twice"
     assert plan(members, nodes, lambda node: free[node.name]) == expected  # no cheap key given
+    by_name = FreeCpu({n.name: free[n.name].get("cpu", 0) for n in nodes})
+    assert plan(members, nodes, lambda node: free[node.name], by_name) == expected  # the key as a mapping
     assert all(free[n.name] == dict(free[n.name]) for n in nodes)  # the caller's dicts are not modified
 
 

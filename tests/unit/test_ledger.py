@@ -410,3 +410,44 @@ def test_a_failed_plan_is_planned_again_after_any_capacity_change(w: World, plan
     assert again == verdict and again is not verdict  # the same answer, planned again
     assert len(plans) == planned + 1
     assert w.ledger.admission(gang, POLICY) == again and len(plans) == planned + 1
+
+
+def test_a_filter_sweep_walks_only_the_gangs_with_work_and_still_times_them_out(w: World) -> None:
+    """A filter's frequent sweep walks the gangs that are not settled (admitted, holding, waiting their
+    turn, backing off), not every gang ever completed; the tick's full sweep walks them all."""
+    policy = GangPolicy(2)
+    for name in ("done-1", "done-2", "done-3"):
+        members = w.gang(name, 2, min_count=2, cpu="100m")
+        assert w.ledger.admission(key(members[0]), policy) == PASS
+        w.ledger.on_bind(members[0], "n1", policy)
+        release = w.ledger.on_bind(members[1], "n1", policy)
+        w.ledger.released(key(members[0]), [(h, "") for h in release.holds])
+    assert w.ledger.counters["completed"] == 3
+    late = w.gang("late", 2, min_count=2, cpu="100m")
+    assert w.ledger.admission(key(late[0]), policy) == PASS
+    w.ledger.sweep(0.05)
+    assert [s.gang for s in w.ledger._busy_states()] == [key(late[0])]  # the completed gangs left
+    w.clock.advance(31)
+    w.ledger.sweep(0.05)  # the filter's sweep times the admitted gang out ...
+    assert w.ledger.counters["timeouts"] == 1
+    assert [s.gang for s in w.ledger._busy_states()] == [key(late[0])]  # ... and follows its back-off
+    w.clock.advance(11)
+    w.ledger.sweep(0.05)
+    state = w.ledger.state(key(late[0]))
+    assert state is not None and state.woken_after_backoff
+
+
+def test_the_full_sweep_finds_a_gang_with_work_that_no_step_marked(w: World) -> None:
+    """The safety net: a gang given a deadline behind the ledger's back is not walked by a filter's
+    sweep, but the tick's full sweep finds it (and walks it from then on)."""
+    a = w.gang("a", 2, min_count=2, cpu="100m")
+    assert w.ledger.admission(key(a[0]), GangPolicy(2)) == PASS
+    state = w.ledger.state(key(a[0]))
+    assert state is not None
+    w.ledger._busy.clear()  # as if _admit had not marked it
+    w.clock.advance(31)
+    w.ledger.sweep(0.05)
+    assert w.ledger.counters["timeouts"] == 0
+    w.ledger.sweep()
+    assert w.ledger.counters["timeouts"] == 1
+    assert [s.gang for s in w.ledger._busy_states()] == [key(a[0])]
