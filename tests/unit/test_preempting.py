@@ -311,3 +311,25 @@ def test_a_preemption_leaves_a_gang_admitted_before_it_its_reserved_room() -> No
         decision = w.ledger.on_bind(member, target, big_policy)
         assert decision.error == "", decision.error
     assert decision.action is BindAction.RELEASE and w.mirror.free(victim.removeprefix("low-"), None).get("cpu", 0) == 0
+
+
+def test_a_gang_that_fits_free_capacity_is_admitted_without_a_victim_search(monkeypatch: Any) -> None:
+    """The head gang's own plan comes first: a member's filter does not search victims for a gang it is
+    about to admit on free capacity (that search per filter was a third of the filter's time with
+    thousands of small gangs). One that does not fit is searched for by the sweep that follows."""
+    from extender.gangs import victims
+
+    searches: list[GangKey] = []
+    real = victims.choose_victims
+    monkeypatch.setattr(victims, "choose_victims", lambda *a, **k: searches.append(a[0][0].gang) or real(*a, **k))
+    w = World()
+    for n in NODES:
+        w.plain(f"low-{n}", "1", n)
+    fits, fits_policy, _ = w.gang("fits", 2, "1", priority=100)
+    assert w.ledger.admission(fits, fits_policy) == PASS
+    assert searches == []
+    big, big_policy, _ = w.gang("big", 4, "3", priority=100)
+    assert w.ledger.admission(big, big_policy) != PASS
+    assert searches == []
+    w.tick()
+    assert searches == [big]
