@@ -34,7 +34,7 @@ class Settings:
     cache_ttl_seconds: float = 300.0       # backstop: entries are refreshed by generation anyway
     max_body_bytes: int = 4 * 2**20        # filter/prioritize body, NodeNames form (docs/reliability.md)
     threads: int = 4096                    # gunicorn gthread threads: >= bind requests held at once
-    bind_parallelism: int = 8              # API binds in flight when a gang reaches quorum
+    bind_parallelism: int = 32             # API binds in flight at once, over every released gang
     log_level: str = "INFO"
     record_file: str | None = None         # append every request and reply as JSONL (off by default)
     record_max_bytes: int = 256 * 2**20    # recording stops when the file reaches this size
@@ -103,7 +103,7 @@ _HELP = {
     "max_body_bytes": "largest filter/prioritize body in the NodeNames form (nodeCacheCapable: true; 413 above); "
                       "bind bodies are capped at 16 KiB, bodies of other paths at 16 KiB",
     "threads": "worker threads; each bind held at a gang barrier occupies one",
-    "bind_parallelism": "API bind calls in flight when a gang reaches quorum",
+    "bind_parallelism": "API bind calls in flight at once, shared by every gang being released",
     "log_level": "one of " + ", ".join(LOG_LEVELS),
     "record_file": "append every request and reply (verb, arrival, status, latency, bodies) to this JSONL file, "
                    "for replay load tests; off by default",

@@ -34,7 +34,7 @@ class BindingVerbs:
     """The bind verb and releases; ``Engine`` adds the filter and prioritize verbs over it."""
 
     def __init__(self, mirror: ClusterMirror, ledger: GangLedger, binder: Binder,
-                 *, bind_parallelism: int = 8, clock: Callable[[], float] = time.monotonic,
+                 *, bind_parallelism: int = 32, clock: Callable[[], float] = time.monotonic,
                  release_log: ReleaseLog | None = None, scheduler_names: frozenset[str] | None = None,
                  answer_margin: float = 1.0, may_act: Callable[[], bool] = lambda: True) -> None:
         """``scheduler_names``: the spec.schedulerName values whose pods may be bound (None: any).

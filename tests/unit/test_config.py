@@ -28,7 +28,7 @@ def test_defaults() -> None:
     assert settings == Settings(host="127.0.0.1", port=8888, kubeconfig=None, cluster_snapshot=None,
                                 gang_timeout_seconds=20.0, gang_backoff_seconds=10.0, cache_size=1_000_000,
                                 cache_ttl_seconds=300.0, max_body_bytes=4 * 2**20, threads=4096,
-                                bind_parallelism=8, log_level="INFO")
+                                bind_parallelism=32, log_level="INFO")
     assert load(None, {}) == Settings()
 
 
