@@ -114,6 +114,7 @@ bench-e2e-pinned: $(BENCH_STAMP) k8s
 
 bench-gang-perf: $(BENCH_STAMP) k8s  # upstream's gang benchmark at 5,000 nodes (issue 14 section 3)
 	$(BIN)/python bench/gang_perf.py --json out/bench-gang-perf.json $(GANG_PERF_ARGS)
+	$(BIN)/python bench/plot.py --only gang-perf
 
 record-corpus: $(STAMP) k8s  # re-record tests/data/corpus from a real kube-scheduler
 	$(BIN)/python hack/record_corpus.py

@@ -17,6 +17,9 @@ Figures (PNG):
   and paced phases.
 
 ``--prefix`` replaces ``e2e`` in those names, so a run for one section does not redraw another's figures.
+
+- ``gang-perf.png`` (``--gang-perf out/bench-gang-perf.json``, ``make bench-gang-perf``): gang durations
+  per shape and configuration of upstream's gang benchmark.
 """
 
 from __future__ import annotations
@@ -141,6 +144,28 @@ def e2e(data: dict[str, Any], out: Path, prefix: str = "e2e") -> list[Path]:
     return written
 
 
+def gang_perf(data: dict[str, Any], out: Path, prefix: str = "gang-perf") -> list[Path]:
+    """One figure per run of ``bench/gang_perf.py``: each shape's gang durations (first member created
+    -> the minCount-th bound), one curve per configuration."""
+    plt = _plt()
+    results = data["results"]
+    shapes = list(dict.fromkeys(r["workload"] for r in results))
+    fig, axes = plt.subplots(1, len(shapes), figsize=(3.2 * len(shapes), 3.2), squeeze=False)
+    for ax, shape in zip(axes[0], shapes, strict=True):
+        for r in (r for r in results if r["workload"] == shape):
+            durations = sorted(r["gang_seconds"])
+            if durations:
+                ax.plot(durations, [(i + 1) / len(durations) for i in range(len(durations))], color=_color(r),
+                        label=f"{r['config']} ({r['pods_per_second']:.0f} pods/s)")
+        ax.set_title(shape.replace("5000Nodes_", "").replace("_", " "), fontsize=8)
+        ax.set_xlabel("gang duration, s", fontsize=8)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("fraction of gangs")
+    fig.suptitle("Upstream's gang benchmark at 5,000 nodes: first member created -> gang bound", fontsize=9)
+    fig.tight_layout()
+    return [_save(fig, out / f"{prefix}.png")]
+
+
 def _save(fig: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, metadata={"Software": None})
@@ -155,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loadtest", type=Path, default=ROOT / "out" / "loadtest.json")
     parser.add_argument("--e2e", type=Path, default=ROOT / "out" / "bench-e2e.json")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
-    parser.add_argument("--only", choices=("loadtest", "e2e"), help="plot only one of them")
+    parser.add_argument("--gang-perf", type=Path, default=ROOT / "out" / "bench-gang-perf.json")
+    parser.add_argument("--only", choices=("loadtest", "e2e", "gang-perf"), help="plot only one of them")
     parser.add_argument("--prefix", default="e2e", help="file name prefix of the end-to-end figures [e2e]")
     args = parser.parse_args(argv)
     written: list[Path] = []
@@ -163,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         written += loadtest(json.loads(args.loadtest.read_text()), args.out)
     if args.only in (None, "e2e") and args.e2e.exists():
         written += e2e(json.loads(args.e2e.read_text()), args.out, args.prefix)
+    if args.only in (None, "gang-perf") and args.gang_perf.exists():
+        written += gang_perf(json.loads(args.gang_perf.read_text()), args.out,
+                             "gang-perf" if args.prefix == "e2e" else args.prefix)
     if not written:
         print("nothing to plot: run `make loadtest` or `make bench-e2e` first", file=sys.stderr)
         return 1
