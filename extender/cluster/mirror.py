@@ -49,6 +49,7 @@ class ClusterMirror:
         self._assumed: dict[str, str] = {}  # uid -> node, for binds not yet seen in the watch
         self._used: dict[str, Resources] = {}  # node -> requests of the non-terminal pods placed there
         self._free_cpu: dict[str, int] = {}  # known node -> allocatable cpu less its _used cpu
+        self._bound_gangs: set[GangKey] | None = None  # gangs a member of which another binder bound
         self._members: dict[GangKey, set[str]] = {}
         self._tried: dict[str, GangKey] = {}  # unbound gang members kube-scheduler found no node for
         self._groups = GroupIndex()  # group objects, the gang policies they define, their changes
@@ -163,9 +164,10 @@ class ClusterMirror:
                 del self._assumed[record.uid]  # the bind we made is now visible
             elif (record.node_name and record.gang is not None and not record.terminal
                   and record.uid not in self._assumed and not (old is not None and old.node_name)):
-                # Bound by another binder (filter-gated mode, or a foreign bind): the member takes one of
-                # its gang's reserved places, which must not be counted twice.
+                # Bound by another binder (filter-gated, or foreign): it takes a reserved place, counted once
                 self._reservations.use(record.gang, record.node_name, record.requests)
+                if self._bound_gangs is not None:
+                    self._bound_gangs.add(record.gang)
             self._pods[record.uid] = record
             self._uid_by_key[record.key] = record.uid
             self._account(record, +1)
@@ -198,6 +200,12 @@ class ClusterMirror:
         with self.lock:
             pod = self._pods.get(uid)
             return self._placement(pod) if pod else ""
+
+    def take_bound_gangs(self) -> set[GangKey]:
+        """Gangs a member of which another binder bound since the last call (recorded from the first on)."""
+        with self.lock:
+            taken, self._bound_gangs = self._bound_gangs or set(), set()
+            return taken
 
     def tried_gangs(self) -> set[GangKey]:
         """Gangs with an unbound member kube-scheduler tried and found no node for."""
@@ -322,9 +330,8 @@ class ClusterMirror:
 
     # ------------------------------------------------------------------------------ reservations
     def reserve(self, gang: GangKey, slots: Iterable[Slot], *, draining: bool = False, priority: int = 0) -> None:
-        """Make ``slots`` the whole of what ``gang`` holds in reserve (none: release it all); ``draining``:
-        kept as busy capacity frees, behind admitted reservations, from pods of ``priority`` or lower
-        (``Reservations.take_from``)."""
+        """Make ``slots`` the whole of what ``gang`` holds in reserve (none: release it all); ``draining``: kept
+        as busy capacity frees, behind admitted reservations, from pods of ``priority`` or lower (``take_from``)."""
         with self.lock:
             self._reservations.replace(gang, slots, draining=draining, priority=priority)
 
@@ -364,13 +371,10 @@ class ClusterMirror:
     # ---------------------------------------------------------------------------------- capacity
     def free(self, node: str, for_gang: GangKey | None, *, include_own_reservation: bool = True,
              priority: int | None = None) -> Resources:
-        """Allocatable minus used minus reservations of gangs other than ``for_gang`` (a draining one
-        only for what is free beyond admitted reservations, and not for a pod of a higher ``priority``
-        than its gang's: ``Reservations.take_from``; None: no pod in particular).
-
-        With ``include_own_reservation=False`` the gang's own reservation is subtracted too (what is
-        free outside its reservation).
-        """
+        """Allocatable minus used minus reservations of gangs other than ``for_gang`` (a draining one only
+        for what is free beyond admitted reservations, and not for a pod of a higher ``priority`` than its
+        gang's: ``Reservations.take_from``; None: no pod in particular); ``include_own_reservation=False``
+        subtracts the gang's own reservation too (what is free outside it)."""
         record = self.nodes[node]
         free = dict(record.allocatable)
         used = self._used.get(node)

@@ -92,10 +92,15 @@ class FilterGate(GangPreemption):
         if self.filter_gated:  # binds seen before the clock is read: a bind made in time counts in time
             with self.lock:
                 now = self.clock()
-                if now - self._followed_at >= max(min_interval, FOLLOW_INTERVAL):
+                full = min_interval <= 0
+                if full or now - self._followed_at >= max(min_interval, FOLLOW_INTERVAL):
                     self._followed_at = now
+                    # A filter's sweep follows the gangs the binder bound a member of since the last one;
+                    # the tick's (min_interval 0) every gang, for what no bind shows (a lowered minCount).
+                    bound = self.mirror.take_bound_gangs()
                     # an admitted gang; or one that timed out, whose members passed filter and may still bind
-                    for state in [s for s in self._busy_states() if s.admitted_at is not None or s.timeouts]:
+                    for state in [s for s in self._busy_states() if (s.admitted_at is not None or s.timeouts)
+                                  and (full or s.gang in bound)]:
                         self._follow_binds(state, now)
         return super().sweep(min_interval, release=release)
 

@@ -306,3 +306,30 @@ def test_barrier_a_finished_member_first_seen_bound_takes_no_reserved_place() ->
         assert h.mirror.reserved_count(key) == 2
     finally:
         h.close()
+
+
+def test_a_filters_sweep_follows_only_gangs_the_binder_bound_a_member_of(h: Harness) -> None:
+    """Following binds is driven by the binds the pod watch shows: a filter's sweep counts the bound
+    members of the gangs the binder bound one of since the last sweep, not of every admitted gang; the
+    tick's sweep (min_interval 0) counts every admitted gang (the safety net, and a lowered minCount)."""
+    a, a_places, a_key = sent_to_places(h, "a", 2)
+    *_, b_key = sent_to_places(h, "b", 2)
+    h.mirror.take_bound_gangs()  # recording starts at the first take
+    counted: list[Any] = []
+    real = h.ledger._follow_binds
+    h.ledger._follow_binds = lambda state, now: counted.append(state.gang) or real(state, now)  # type: ignore[method-assign]
+    h.clock.advance(1)
+    h.ledger.sweep(0.05)
+    assert counted == []
+    bind_elsewhere(h, a[0], a_places[0])
+    h.clock.advance(1)
+    h.ledger.sweep(0.05)
+    assert counted == [a_key]
+    bind_elsewhere(h, a[1], a_places[1])
+    h.clock.advance(1)
+    h.ledger.sweep(0.05)
+    state = h.ledger.state(a_key)
+    assert state is not None and state.completed == 1  # completed from the filter's sweep
+    counted.clear()
+    h.ledger.sweep()
+    assert counted == [b_key]  # the tick follows every admitted gang
