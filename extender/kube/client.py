@@ -73,9 +73,12 @@ def kubeconfig_namespace(kubeconfig: str | None = None, context: str | None = No
 class KubeClient:
     """Raw JSON access to one API server."""
 
-    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None, *,
+                 connections: int = 32) -> None:
         """Credentials from ``kubeconfig`` (and its ``context``, else its current one); without a file:
-        in-cluster, then ``$KUBECONFIG`` / ``~/.kube/config`` as kubectl reads them."""
+        in-cluster, then ``$KUBECONFIG`` / ``~/.kube/config`` as kubectl reads them. ``connections``:
+        the most kept open to the API server (watches hold one each for minutes; a request beyond
+        them opens a connection and closes it after)."""
         configuration = k8s_client.Configuration()
         try:
             if kubeconfig or context:
@@ -88,7 +91,7 @@ class KubeClient:
                     k8s_config.load_kube_config(client_configuration=configuration)
         except (ConfigException, OSError) as exc:
             raise KubeError(f"cannot load Kubernetes credentials: {exc}") from None
-        configuration.connection_pool_maxsize = 32
+        configuration.connection_pool_maxsize = connections
         self._configuration = configuration
         self._api = k8s_client.ApiClient(configuration)
         manager = self._api.rest_client.pool_manager

@@ -118,8 +118,13 @@ def from_snapshot(settings: Settings) -> Runtime:
     return runtime
 
 
+CONNECTIONS_BESIDE_BINDS = 24
+"""API connections kept beside a release's Bindings: one per watch (nodes, pods, each group API and
+version, PodDisruptionBudgets, Kueue Topologies) and the writers (Events, status, the Lease, evictions)."""
+
+
 def from_api(settings: Settings) -> Runtime:
-    kube = KubeClient(settings.kubeconfig)
+    kube = KubeClient(settings.kubeconfig, connections=settings.bind_parallelism + CONNECTIONS_BESIDE_BINDS)
 
     def apply_status(body: dict[str, Any]) -> None:
         kube.apply_status(body, "podgroups")

@@ -101,3 +101,31 @@ def test_failures_are_kube_errors_with_the_servers_message(tmp_path: Path, serve
     with pytest.raises(KubeError) as down:
         unreachable.request("GET", "/api", timeout=2.0)
     assert down.value.status == 0
+
+
+def test_the_server_keeps_a_connection_per_bind_in_flight_beside_its_watches(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: with 32 Bindings in flight in one urllib3 pool of 32 that the watches also hold
+    connections of, Bindings overflowed it ("Connection pool is full, discarding connection") and each
+    paid for a new connection. The server sizes the pool by --bind-parallelism plus the watches and
+    writers."""
+    from extender.config import Settings
+    from extender.wiring import composition
+
+    seen: dict[str, Any] = {}
+
+    class StopError(Exception):
+        pass
+
+    def client(*args: Any, **kwargs: Any) -> KubeClient:
+        seen.update(kwargs)
+        raise StopError
+
+    monkeypatch.setattr(composition, "KubeClient", client)
+    with pytest.raises(StopError):
+        composition.from_api(Settings(bind_parallelism=40))
+    assert seen["connections"] >= 40 + 12  # nodes, pods, 6 group APIs and versions, PDBs, Topologies, writers
+    kube = _client(tmp_path, "http://127.0.0.1:9")
+    assert kube._pool.pool.maxsize == 32  # type: ignore[union-attr]  # kubectl gang: the default
+    kubeconfig = tmp_path / "kubeconfig"
+    assert KubeClient(str(kubeconfig), connections=56)._pool.pool.maxsize == 56  # type: ignore[union-attr]
