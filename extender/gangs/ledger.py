@@ -107,8 +107,9 @@ class GangLedger(FilterGate):
                                       f"{constraint.message}")
                 return Verdict(Code.WAIT_UNRESOLVABLE, state.last_message)
             state.constraint, state.constraint_known = constraint, True
-            # Whether the gang could fit an empty cluster is asked only when it does not fit this one:
-            # a plan that fits answers it (the check plans over every node, as the plan does).
+            # Whether the gang could fit an empty cluster is asked only when it does not fit this one, or
+            # when this plan is for fewer than minCount members: a plan of a whole gang that fits answers
+            # it (the check plans over every node, as the plan does).
             needed = policy.min_count - len(placed) - len(self._waiting(state))
             verdict = self._barrier_room(gang, needed)
             if verdict is not None:
@@ -137,7 +138,12 @@ class GangLedger(FilterGate):
                 state.last_message = verdict.message
                 state.failed_plan, state.failed_plan_inputs = verdict, inputs
                 return verdict
-            state.never_fits = None  # it fits now
+            if needed < policy.min_count:  # held or placed members left out of the plan: it proves less
+                never = self._never_fits(state, members)
+                if never is not None:
+                    return never
+            else:
+                state.never_fits = None  # the whole gang fits now
             self._admit(state, placement, chosen, pending, len(placed), now)
             return PASS
 

@@ -451,3 +451,25 @@ def test_the_full_sweep_finds_a_gang_with_work_that_no_step_marked(w: World) -> 
     w.ledger.sweep()
     assert w.ledger.counters["timeouts"] == 1
     assert [s.gang for s in w.ledger._busy_states()] == [key(a[0])]
+
+
+def test_a_gang_that_can_never_fit_is_told_so_even_when_held_binds_shrink_what_it_plans(w: World) -> None:
+    """Found in review: a plan that fits proves the gang fits only when it is a plan for all of minCount.
+    Four binds are held for members whose filters passed before their gang timed out; the Job is then
+    re-created within the hold time with 3-cpu members: its plan is for one member (minCount 5 less 4
+    held), which fits, yet at most four such members can ever run at once on 4 nodes of 4 cpu."""
+    first = w.gang("a", 5, min_count=5, cpu="500m")
+    policy = GangPolicy(5)
+    assert w.ledger.admission(key(first[0]), policy).passes
+    slots = [n for n, _ in w.mirror.reserved_slots(key(first[0]))]
+    w.clock.advance(31)
+    w.ledger.sweep()
+    assert w.ledger.counters["timeouts"] == 1
+    for member, at in zip(first[:4], slots[:4], strict=True):
+        assert w.ledger.on_bind(member, at, policy).action is BindAction.WAIT
+    for member in first:
+        w.mirror.delete_pod(member.uid)
+    again = [w.mirror.upsert_pod(pod(f"a2-{i}", cpu="3", pod_group="a")) for i in range(5)]
+    w.clock.advance(11)  # past the back-off, within the holds' 29 s
+    verdict = w.ledger.admission(key(again[0]), policy)
+    assert verdict.code is Code.WAIT_UNRESOLVABLE and "can never fit" in verdict.message, verdict
