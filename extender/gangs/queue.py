@@ -138,7 +138,6 @@ class GangQueue(GangExpiry):
         """Admit, in order, the waiting gangs that fit now (up to ``stop_at``), then start or end drains.
         Runs on every filter of a waiting gang's member: it picks the first ``MAX_AHEAD`` and the head
         without sorting the whole queue (thousands of gangs may wait)."""
-        self._ordered_at = now
         self._ordering = True
         try:
             for state in heapq.nsmallest(MAX_AHEAD, self._candidates(), key=_queue_key):
@@ -148,8 +147,8 @@ class GangQueue(GangExpiry):
                     self.admission(state.gang, state.policy)
         finally:
             self._ordering = False
-        if not self._update_drains(now, planning=stop_at):
-            self._ordered_at = float("-inf")  # the head's drain or preemption is left to the next sweep
+        if self._update_drains(now, planning=stop_at):
+            self._ordered_at = now  # else the head's drain or preemption is left to the sweep's next pass
 
     def sweep(self, min_interval: float = 0.0, *, release: bool = False) -> list[Any]:
         releases = super().sweep(min_interval, release=release)
