@@ -150,8 +150,12 @@ def gang_perf(data: dict[str, Any], out: Path, prefix: str = "gang-perf") -> lis
     plt = _plt()
     results = data["results"]
     shapes = list(dict.fromkeys(r["workload"] for r in results))
-    fig, axes = plt.subplots(1, len(shapes), figsize=(3.2 * len(shapes), 3.2), squeeze=False)
-    for ax, shape in zip(axes[0], shapes, strict=True):
+    columns = min(3, len(shapes))
+    rows = -(-len(shapes) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 3.0 * rows), squeeze=False)
+    for ax in axes.flat[len(shapes):]:
+        ax.set_visible(False)
+    for ax, shape in zip(axes.flat, shapes, strict=False):
         for r in (r for r in results if r["workload"] == shape):
             durations = sorted(r["gang_seconds"])
             if durations:
@@ -160,7 +164,8 @@ def gang_perf(data: dict[str, Any], out: Path, prefix: str = "gang-perf") -> lis
         ax.set_title(shape.replace("5000Nodes_", "").replace("_", " "), fontsize=8)
         ax.set_xlabel("gang duration, s", fontsize=8)
         ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("fraction of gangs")
+    for row in axes:
+        row[0].set_ylabel("fraction of gangs")
     fig.suptitle("Upstream's gang benchmark at 5,000 nodes: first member created -> gang bound", fontsize=9)
     fig.tight_layout()
     return [_save(fig, out / f"{prefix}.png")]
