@@ -359,3 +359,37 @@ def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)
+
+
+def spawn_scheduler_as_pod(cp: ControlPlane, config: dict[str, Any], kubeconfig: str, workdir: Path
+                           ) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """kube-scheduler as the shipped pod (second-scheduler overlay, Helm chart) runs it: ``--config``
+    only, with its ServiceAccount's credentials (``kubeconfig``; in the pod these default to the
+    in-cluster ones). Returns (the process, its secure port, its log)."""
+    import yaml
+
+    port = free_ports(1)[0]
+    config_path = workdir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    cwd = workdir / "cwd"
+    cwd.mkdir()
+    log_path = workdir / "gang-scheduler.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [str(cp.bin_dir / "kube-scheduler"), f"--config={config_path}",
+             f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+             "--bind-address=127.0.0.1", f"--secure-port={port}", "--v=2"],
+            cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    return proc, port, log_path
+
+
+def https_ok(port: int, path: str) -> bool:
+    """An unauthenticated HTTPS GET of a local endpoint, as the kubelet's httpGet probes make it."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", timeout=2, context=context) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False

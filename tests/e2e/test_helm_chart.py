@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import copy
 import json
-import ssl
-import subprocess
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import helmchart as hc
 import pytest
 import yaml
-from controlplane import ControlPlane, free_ports, tail, wait_for
+from controlplane import ControlPlane, tail, wait_for
 from identities import EXTENDER_USER, MANIFESTS, NAMESPACE, TOKEN_SECRET, whoami
 from identities import _from_secret_mount as secret_mount_kubeconfig
-from support import Extender, Sampler, bound, events, stop_process_group
+from support import Extender, Sampler, bound, events, https_ok, spawn_scheduler_as_pod, stop_process_group
 
 pytestmark = pytest.mark.e2e
 
@@ -65,32 +62,6 @@ def test_rendered_chart_passes_server_dry_run(plane: ControlPlane, helm_bin: Pat
     assert proc.returncode != 0 and 'violates PodSecurity "restricted' in proc.stderr, proc.stderr
 
 
-def _spawn_scheduler(plane: ControlPlane, config: dict[str, Any], kubeconfig: str, workdir: Path
-                     ) -> tuple[subprocess.Popen[bytes], int, Path]:
-    """kube-scheduler as the chart's container runs it (--config), with its ServiceAccount's credentials."""
-    port = free_ports(1)[0]
-    path = workdir / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    log_path = workdir / "gang-scheduler.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [str(plane.bin_dir / "kube-scheduler"), f"--config={path}", f"--authentication-kubeconfig={kubeconfig}",
-             f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1", f"--secure-port={port}",
-             "--v=2"], cwd=workdir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-    return proc, port, log_path
-
-
-def _ready(port: int) -> bool:
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    try:
-        with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", timeout=2, context=context) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
-
-
 def _installed(plane: ControlPlane, helm_bin: Path) -> list[dict[str, Any]]:
     """``helm install`` as docs/deploy.md says, then the objects the release holds, read back from the
     API server (``helm get manifest`` names them)."""
@@ -128,9 +99,9 @@ def test_helm_install_schedules_a_gang(plane: ControlPlane, helm_bin: Path, tmp_
     config = hc.scheduler_configuration(live)
     config["clientConnection"] = {"kubeconfig": scheduler}
     config["extenders"][0]["urlPrefix"] = ext.url
-    proc, port, log_path = _spawn_scheduler(plane, config, scheduler, tmp_path)
+    proc, port, log_path = spawn_scheduler_as_pod(plane, config, scheduler, tmp_path)
     try:
-        wait_for(lambda: _ready(port), timeout=WAIT, what="gang-scheduler /readyz")
+        wait_for(lambda: https_ok(port, "/readyz"), timeout=WAIT, what="gang-scheduler /readyz")
         plane.create_namespace("helm-gang")
         plane.add_nodes(2, prefix="helm-gang-")
         with Sampler(plane, "helm-gang") as sampler:

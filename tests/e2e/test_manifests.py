@@ -23,7 +23,6 @@ import copy
 import json
 import os
 import re
-import ssl
 import subprocess
 import time
 import urllib.request
@@ -36,7 +35,17 @@ import yaml
 from controlplane import ControlPlane, ControlPlaneError, free_ports, tail, wait_for
 from identities import EXTENDER_SA, EXTENDER_USER, MANIFESTS, NAMESPACE, extender_kubeconfig, install, whoami
 from identities import built as _built
-from support import ROOT, Extender, Sampler, bound, events, scheduler_config, stop_process_group
+from support import (
+    ROOT,
+    Extender,
+    Sampler,
+    bound,
+    events,
+    https_ok,
+    scheduler_config,
+    spawn_scheduler_as_pod,
+    stop_process_group,
+)
 
 from extender import config
 from extender.config import Settings
@@ -505,37 +514,6 @@ def test_rejected_credentials_are_not_logged(installed: ControlPlane, tmp_path: 
         ext.stop()
 
 
-def _spawn_scheduler(cp: ControlPlane, config: dict[str, Any], kubeconfig: str, workdir: Path
-                     ) -> tuple[subprocess.Popen[bytes], int, Path]:
-    """kube-scheduler as the second-scheduler pod runs it: --config only, credentials of its ServiceAccount."""
-    port = free_ports(1)[0]
-    config_path = workdir / "config.yaml"
-    config_path.write_text(yaml.safe_dump(config))
-    cwd = workdir / "cwd"
-    cwd.mkdir()
-    log_path = workdir / "gang-scheduler.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [str(cp.bin_dir / "kube-scheduler"), f"--config={config_path}",
-             # in the pod these default to the in-cluster ServiceAccount credentials
-             f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-             "--bind-address=127.0.0.1", f"--secure-port={port}", "--v=2"],
-            cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    return proc, port, log_path
-
-
-def _probe(port: int, path: str) -> bool:
-    """An unauthenticated HTTPS GET, as the kubelet's httpGet probes make it."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    try:
-        with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", timeout=2, context=context) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
-
-
 def test_second_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path,
                                                    extender_factory: list[Extender]) -> None:
     """kube-scheduler with the ServiceAccount gang-scheduler and the extender with the token its container
@@ -556,12 +534,12 @@ def test_second_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp_
     (config,) = _docs(MANIFESTS / "second-scheduler" / "kube-scheduler-config.yaml")
     config["clientConnection"] = {"kubeconfig": kubeconfig}
     config["extenders"][0]["urlPrefix"] = ext.url
-    proc, port, log_path = _spawn_scheduler(cp, config, kubeconfig, tmp_path)
+    proc, port, log_path = spawn_scheduler_as_pod(cp, config, kubeconfig, tmp_path)
     try:
         def ready() -> bool:
             if proc.poll() is not None:
                 raise AssertionError(f"kube-scheduler exited with {proc.returncode}:\n{tail(log_path)}")
-            return _probe(port, "/readyz") and _probe(port, "/healthz")
+            return https_ok(port, "/readyz") and https_ok(port, "/healthz")
 
         wait_for(ready, timeout=WAIT, what="gang-scheduler /readyz and /healthz without credentials")
 
@@ -606,9 +584,9 @@ def test_ha_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path) ->
     config = yaml.safe_load(built["ConfigMap"]["data"]["config.yaml"])
     config["clientConnection"] = {"kubeconfig": kubeconfig}
     config["extenders"][0]["urlPrefix"] = ext.url
-    proc, port, log_path = _spawn_scheduler(cp, config, kubeconfig, tmp_path)
+    proc, port, log_path = spawn_scheduler_as_pod(cp, config, kubeconfig, tmp_path)
     try:
-        wait_for(lambda: _probe(port, "/readyz"), timeout=WAIT, what="gang-scheduler /readyz")
+        wait_for(lambda: https_ok(port, "/readyz"), timeout=WAIT, what="gang-scheduler /readyz")
         cp.create_namespace("m-ha")
         cp.add_nodes(2, prefix="m-ha-")
         _gang_binds_whole(cp, "m-ha", "podgroup-job.yaml", "training-pg-")
