@@ -37,7 +37,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,7 +207,7 @@ def measure(cp: ControlPlane, ext: Any, result: rep.Result, release: Release, wo
         (v for k, v in sched1.items() if k.startswith(f'kubernetes_feature_enabled{{name="{gate}"')), float("nan"))
     log_text = cp.log_path("kube-scheduler").read_text(errors="replace")
     if ext is not None:
-        ext1 = wl.extender_metrics(ext)
+        ext1 = settled_metrics(ext, ext0, result.bound)
         for verb in ("filter", "bind"):
             result.extender.update(rep.verb_latency(ext0, ext1, verb))
         result.timeouts = (wl.metric(ext1, "gang_extender_gangs_timeouts_total")
@@ -219,6 +219,18 @@ def measure(cp: ControlPlane, ext: Any, result: rep.Result, release: Release, wo
         result.extender["peak_rss_mib"] = rep.peak_rss_mib(es.extender_worker_pid(ext))
     elif result.config == "in-tree":
         result.timeouts = log_text.count("rejected due to timeout")
+
+
+def settled_metrics(ext: Any, ext0: Mapping[str, float], bound: int, wait: float = 5.0) -> dict[str, float]:
+    """gang-extender's metrics once every bind it answered is counted: a bind's histogram is observed as its
+    handler returns, which can come just after the pod watch saw the Binding. Waits up to ``wait`` s."""
+    name = 'gang_extender_request_seconds_count{verb="bind"}'
+    deadline = time.monotonic() + wait
+    while True:
+        ext1 = wl.extender_metrics(ext)
+        if ext1.get(name, 0.0) - ext0.get(name, 0.0) >= bound or time.monotonic() >= deadline:
+            return ext1
+        time.sleep(0.1)
 
 
 def run_one(config: str, workload: str, release: Release, bin_dir: Path, args: argparse.Namespace,
