@@ -45,14 +45,43 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     return sum(cpu_seconds_of(f"/proc/{pid}/stat") for pid in pids)
 
 
-def worker_threads_cpu(worker: int | None) -> dict[str, float]:
-    """CPU seconds of gunicorn's main loop (the worker's main thread: accept, poll, dispatch) and of the
-    rest of the worker (request handlers, watches, Event writer, sweeper), from /proc/<pid>/task/<pid>
-    and /proc/<pid>/stat (the whole thread group)."""
+def worker_threads_cpu(worker: int | None) -> dict[str, Any]:
+    """A snapshot of the worker's CPU by thread, for :func:`threads_cpu_used`: each live thread's group (its
+    name without the pool number: ``gang-bind``, ``watch-pods``, gunicorn's request threads, the main loop that
+    accepts, polls and dispatches) and its CPU seconds from ``schedstat`` (nanoseconds actually run, not clock
+    ticks, which undercount threads that run in short bursts), and the whole worker's CPU seconds."""
     if worker is None:
         return {}
-    main = cpu_seconds_of(f"/proc/{worker}/task/{worker}/stat")
-    return {"main loop": main, "rest of the worker": max(cpu_seconds_of(f"/proc/{worker}/stat") - main, 0.0)}
+    tids: dict[int, tuple[str, float]] = {}
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{worker}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                ran = int((task / "schedstat").read_text().split()[0]) / 1e9
+                name = "main loop" if task.name == str(worker) else thread_group((task / "comm").read_text().strip())
+                tids[int(task.name)] = (name, ran)
+    return {"total": cpu_seconds_of(f"/proc/{worker}/stat"), "tids": tids}
+
+
+def thread_group(comm: str) -> str:
+    """A thread's group from its name: pool numbers dropped (``gang-bind_3`` -> ``gang-bind``); Python's
+    ``ThreadPoolExecutor-0_12`` (gunicorn's request threads, cut to 15 characters) -> ``request threads``."""
+    if comm.startswith("ThreadPoolExec"):
+        return "request threads"
+    return comm.rstrip("0123456789").rstrip("_-") or comm
+
+
+def threads_cpu_used(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds by thread group between two snapshots; what threads that ended in between ran is the
+    worker's total less the live threads' (``ended threads``, approximate: the total is clock-based)."""
+    if not before or not after:
+        return {}
+    used: dict[str, float] = {}
+    for tid, (name, ran) in after["tids"].items():
+        was = before["tids"].get(tid)
+        used[name] = used.get(name, 0.0) + ran - (was[1] if was and was[0] == name else 0.0)
+    ended = after["total"] - before["total"] - sum(used.values())
+    used["ended threads"] = max(ended, 0.0)
+    return {name: round(value, 3) for name, value in sorted(used.items(), key=lambda kv: -kv[1])}
 
 
 def cpu_seconds_of(stat_path: str) -> float:

@@ -46,7 +46,7 @@ class Phase:
     scheduler: dict[str, float] = field(default_factory=dict)  # attempts by result, queue moves, SLI
     extender_ms: dict[str, float] = field(default_factory=dict)
     extender_writes: dict[str, float] = field(default_factory=dict)  # API writes beyond Bindings, by kind
-    extender_threads_cpu: dict[str, float] = field(default_factory=dict)  # the worker's CPU s: main loop / rest
+    extender_threads_cpu: dict[str, float] = field(default_factory=dict)  # the worker's CPU s by thread group
     trace: dict[str, Any] = field(default_factory=dict)  # gang_trace.summarize (with --record)
     pinned: dict[str, list[str]] = field(default_factory=dict)  # program -> its threads' allowed CPUs
     timeline: list[float] = field(default_factory=list)  # bind times relative to the first creation

@@ -71,6 +71,7 @@ from e2e_meters import (
     py_spy,
     scheduler_attempt_ms,
     scheduler_counts,
+    threads_cpu_used,
     worker_threads_cpu,
 )
 from e2e_report import WRITE_MS, Phase, floors, gang_stats, tables, write_json
@@ -196,7 +197,7 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
             phase.trace = gang_trace.summarize(members, created if start is None else dict.fromkeys(keys, first),
                                                watch.bound, traces, wl.percentile)
         threads1 = worker_threads_cpu(worker)
-        phase.extender_threads_cpu = {k: round(threads1[k] - threads0.get(k, 0.0), 2) for k in threads1}
+        phase.extender_threads_cpu = threads_cpu_used(threads0, threads1)
     wl.log(f"[{name}] {phase.bound}/{phase.pods} bound in {phase.seconds:.1f}s ({phase.pods_per_second:.0f} pods/s); "
            f"{phase.completed_gangs}/{phase.gangs} gangs whole; {phase.partial_gangs} partial; CPU s {phase.cpu}"
            + (f"; extender worker CPU s {phase.extender_threads_cpu}" if phase.extender_threads_cpu else "")
