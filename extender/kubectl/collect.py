@@ -230,8 +230,9 @@ def _version(event: Mapping[str, Any]) -> int:
 
 def _on_the_gang(event: Mapping[str, Any], key: GangKey, of_pod: Mapping[tuple[str, str], GangKey]) -> bool:
     """Whether a ``GangState`` Event sits where gang-extender puts it: in the gang's own namespace, on its
-    group object or one of its members. Anyone who may create Events in a namespace can write one that
-    claims to be gang-extender's; this keeps it to that namespace's gangs (docs/deploy.md)."""
+    group object or one of its members. Where the admission policy gang-extender-gang-state-events is
+    not installed, anyone who may create Events in a namespace can write one that claims to be
+    gang-extender's; this keeps it to that namespace's gangs (docs/deploy.md, "GangState Events")."""
     namespace = key.group.namespace
     involved = event.get("involvedObject") or {}
     if (event.get("metadata") or {}).get("namespace") != namespace or involved.get("namespace") != namespace:

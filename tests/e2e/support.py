@@ -237,11 +237,12 @@ class Sampler:
 
 
 @contextlib.contextmanager
-def scheduling_with_extender(cp: ControlPlane, workdir: Path, *extra_args: str,
-                             preempt: bool = False) -> Iterator[Extender]:
+def scheduling_with_extender(cp: ControlPlane, workdir: Path, *extra_args: str, preempt: bool = False,
+                             kubeconfig: str = "") -> Iterator[Extender]:
     """gang-extender (short gang timeout and back-off, recording on) and a kube-scheduler that calls it
-    with the shipped configuration (plus ``preemptVerb`` with ``preempt``); both stopped afterwards."""
-    ext = Extender(cp.kubeconfig, workdir, log=print,
+    with the shipped configuration (plus ``preemptVerb`` with ``preempt``); both stopped afterwards.
+    ``kubeconfig``: the extender's identity (default: the admin's)."""
+    ext = Extender(kubeconfig or cp.kubeconfig, workdir, log=print,
                    args=["--gang-timeout-seconds", str(E2E_GANG_TIMEOUT), "--gang-backoff-seconds", "2",
                          "--log-level", "INFO", *extra_args])
     ext.start()
