@@ -49,6 +49,10 @@ def test_drift_is_caught_on_either_side(helm_bin: Path, k8s_bin_dir: Path) -> No
     # the chart changes a flag
     changed = hc.rendered(helm_bin, sets=["gang.timeoutSeconds=21"])
     assert any("--gang-timeout-seconds=21" in d for d in hc.drift(changed, base)), hc.drift(changed, base)
+    # the users' viewer role leaves the built-in roles, or is not rendered
+    for pair in ("kubectlGang.aggregateToView=false", "kubectlGang.viewerRole=false"):
+        found = hc.drift(hc.rendered(helm_bin, sets=[pair]), base)
+        assert any("gang-extender:kubectl-gang-viewer" in d for d in found), (pair, found)
     # the overlay changes a flag, a scheduler setting, an RBAC rule, a security context
     chart = hc.rendered(helm_bin)
     for change in ("arg", "config", "rule", "context"):
