@@ -75,7 +75,8 @@ _HELP = {
     "host": "address to listen on",
     "port": "port to listen on",
     "metrics_address": "HOST:PORT (an IPv6 host in brackets) of a second listener that serves GET /metrics and "
-                       "nothing else (no verbs, no explain), plain HTTP, at most 4 scrapes at once, so Prometheus "
+                       "nothing else (no verbs, no explain), plain HTTP, at most 4 scrapes at once and one "
+                       "collection a second, so Prometheus "
                        "can scrape the pod IP while the verbs stay on --host; empty: /metrics only on --host:--port",
     "kubeconfig": "kubeconfig file (default: in-cluster config, then ~/.kube/config)",
     "cluster_snapshot": "serve without an API server from this Kubernetes List (YAML or JSON) of Nodes, "

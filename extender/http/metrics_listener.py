@@ -5,7 +5,9 @@ Owns: a plain-HTTP server on its own thread that answers ``GET /metrics`` (the a
 format) and nothing else: any other path is 404 and any other method 501, so no verb, ``/explain`` or
 probe is reachable through it. At most ``slots`` connections are served at once (one request each, then
 closed; reading a request and writing its reply each bounded by ``timeout``): a connection beyond them is
-closed at once, so a flood of scrapers costs this listener's few threads and never the verbs' workers.
+closed at once, so a flood of scrapers costs this listener's few threads and never the verbs' workers;
+and the registry is collected at most once per ``reuse_seconds`` (a scrape within that of the last one gets
+its text again), so scrapes cannot make the collectors run more often than that.
 Must not: serve anything but the registry, or change any state.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,10 +27,27 @@ log = logging.getLogger(__name__)
 
 SLOTS = 4
 TIMEOUT_SECONDS = 5.0
+REUSE_SECONDS = 1.0
+
+
+class _Scrape:
+    """The registry's text, collected again only when the last collection is ``reuse_seconds`` old."""
+
+    def __init__(self, registry: CollectorRegistry, reuse_seconds: float) -> None:
+        self.registry, self.reuse_seconds = registry, reuse_seconds
+        self._lock = threading.Lock()
+        self._at, self._text = -float("inf"), b""
+
+    def text(self) -> bytes:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._at >= self.reuse_seconds:
+                self._text, self._at = generate_latest(self.registry), now
+            return self._text
 
 
 class _Handler(BaseHTTPRequestHandler):
-    registry: CollectorRegistry     # set on the subclass ``start`` makes
+    scrape: _Scrape                 # set on the subclass ``start`` makes
     server_version = "gang-extender-metrics"
     sys_version = ""
 
@@ -35,7 +55,7 @@ class _Handler(BaseHTTPRequestHandler):
         if urlsplit(self.path).path != "/metrics":
             self._reply(404, b"only GET /metrics is served on this address\n", "text/plain; charset=utf-8")
             return
-        self._reply(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
+        self._reply(200, self.scrape.text(), CONTENT_TYPE_LATEST)
 
     def _reply(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)
@@ -77,10 +97,10 @@ class MetricsListener(ThreadingHTTPServer):
 
 
 def start(host: str, port: int, registry: CollectorRegistry, slots: int = SLOTS,
-          timeout: float = TIMEOUT_SECONDS) -> MetricsListener:
+          timeout: float = TIMEOUT_SECONDS, reuse_seconds: float = REUSE_SECONDS) -> MetricsListener:
     """Listen on ``host:port`` (port 0: any free one, see ``server_address``) and serve on a daemon thread;
     raises OSError when the address cannot be bound."""
-    handler = type("MetricsHandler", (_Handler,), {"registry": registry, "timeout": timeout})
+    handler = type("MetricsHandler", (_Handler,), {"scrape": _Scrape(registry, reuse_seconds), "timeout": timeout})
     server = MetricsListener((host, port), handler, slots)
     threading.Thread(target=server.serve_forever, name="metrics-listener", daemon=True).start()
     log.info("serving GET /metrics only on http://%s:%d", f"[{host}]" if ":" in host else host,

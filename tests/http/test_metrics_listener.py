@@ -58,6 +58,22 @@ def test_only_get_metrics_is_served(listener: metrics_listener.MetricsListener) 
         assert ask(port, "POST", verb, FILTER)[0] == 501, verb
 
 
+def test_scrapes_within_a_second_reuse_the_last_collection() -> None:
+    registry = CollectorRegistry()
+    counter = Counter("gang_extender_probe", "a test counter", registry=registry)
+    server = metrics_listener.start("127.0.0.1", 0, registry, reuse_seconds=0.5)
+    port = server.server_address[1]
+    try:
+        assert b"gang_extender_probe_total 0.0" in ask(port, "GET", "/metrics")[1]
+        counter.inc()
+        assert b"gang_extender_probe_total 0.0" in ask(port, "GET", "/metrics")[1]  # the same collection
+        time.sleep(0.6)
+        assert b"gang_extender_probe_total 1.0" in ask(port, "GET", "/metrics")[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_fifth_connection_is_closed_while_four_hold_the_slots(listener: metrics_listener.MetricsListener) -> None:
     port = listener.server_address[1]
     held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
