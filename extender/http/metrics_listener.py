@@ -3,11 +3,11 @@ stay on their loopback port.
 
 Owns: a plain-HTTP server on its own thread that answers ``GET /metrics`` (the app's registry, the text
 format) and nothing else: any other path is 404 and any other method 501, so no verb, ``/explain`` or
-probe is reachable through it. At most ``slots`` connections are served at once (one request each, then
-closed; reading a request and writing its reply each bounded by ``timeout``): a connection beyond them is
-closed at once, so a flood of scrapers costs this listener's few threads and never the verbs' workers;
-and the registry is collected at most once per ``reuse_seconds`` (a scrape within that of the last one gets
-its text again), so scrapes cannot make the collectors run more often than that.
+probe is reachable through it. At most ``slots`` connections are served at once, one request each, then
+closed; a request is given up after ``timeout`` without a byte, a reply after ``timeout`` in all. A
+connection beyond the slots is closed at once, so a flood of scrapers costs this listener's few threads
+and never the verbs' workers. The registry is collected at most once per ``reuse_seconds`` (a scrape
+within that of the last one gets its text again), so scrapes cannot run the collectors more often.
 Must not: serve anything but the registry, or change any state.
 """
 
