@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test test-fast lint typecheck layers k8s bench fuzz faults ha stress starvation clean
+.PHONY: help demo test test-fast lint typecheck layers k8s monitoring-crds bench fuzz faults ha stress starvation clean
 
 help:
 	@echo "make demo       run the extender against a local Kubernetes control plane with a sample gang"
@@ -18,7 +18,7 @@ help:
 	@echo "make stress     10x filter rate for 60 s, 600-member bind barrier (docs/reliability.md)"
 	@echo "make starvation a 16-node gang under a 3-minute stream of small work, $${STARVATION_RUNS:-5} times (docs/performance.md)"
 	@echo "make bench-gang-perf upstream's gang benchmark (5,000 nodes; GANG_PERF_ARGS='--scale 0.2' for less)"
-	@echo "make k8s        build the pinned Kubernetes binaries (v1.35.4, v1.36.3, v1.37.2), kwok v0.8.0, promtool and helm v3.22.0 into ~/.cache/gang-extender"
+	@echo "make k8s        build the pinned Kubernetes binaries (v1.35.4, v1.36.3, v1.37.2), kwok v0.8.0, promtool, helm v3.22.0 and the Prometheus Operator CRDs into ~/.cache/gang-extender"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ k8s:
 	bash hack/build-kwok.sh  # kwok v0.8.0, the kubelets' stand-in (tests/e2e/test_kwok_testbed.py)
 	bash hack/build-promtool.sh  # promtool of Prometheus v0.316.0 (Go module), for the alert rule tests
 	bash hack/build-helm.sh  # helm v3.22.0, for charts/gang-extender (tests/e2e/test_helm_*.py)
+	bash hack/fetch-prometheus-operator-crds.sh  # PrometheusRule and PodMonitor CRDs of prometheus-operator v0.85.0 (Go module)
+
+monitoring-crds:  # only the Prometheus Operator CRDs (a step of k8s)
+	bash hack/fetch-prometheus-operator-crds.sh
 
 demo: $(STAMP) k8s
 	$(BIN)/python hack/demo.py

@@ -64,6 +64,7 @@ class Settings:
     max_evictions_per_minute: int = 60     # preemption victims evicted at most this often (a token bucket)
     preemption: str = "on"                 # gang-aware preemption by the head gang: on or off
     bind_mode: str = "barrier"             # barrier: gang-extender binds; filter-gated: another binder does
+    metrics_address: str = ""              # HOST:PORT of a listener serving /metrics only; "": none
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -73,6 +74,10 @@ class Settings:
 _HELP = {
     "host": "address to listen on",
     "port": "port to listen on",
+    "metrics_address": "HOST:PORT (an IPv6 host in brackets) of a second listener that serves GET /metrics and "
+                       "nothing else (no verbs, no explain), plain HTTP, at most 4 scrapes at once and one "
+                       "collection a second, so Prometheus "
+                       "can scrape the pod IP while the verbs stay on --host; empty: /metrics only on --host:--port",
     "kubeconfig": "kubeconfig file (default: in-cluster config, then ~/.kube/config)",
     "cluster_snapshot": "serve without an API server from this Kubernetes List (YAML or JSON) of Nodes, "
                         "Pods and group objects; binds change only the in-memory state",
@@ -203,6 +208,21 @@ def load(args: Mapping[str, Any] | None = None, environ: Mapping[str, str] | Non
 def scheduler_names(settings: Settings) -> frozenset[str]:
     """The scheduler names of ``--scheduler-names`` (empty entries dropped)."""
     return frozenset(name.strip() for name in settings.scheduler_names.split(",") if name.strip())
+
+
+def metrics_address(settings: Settings) -> tuple[str, int] | None:
+    """(host, port) of ``--metrics-address`` (an IPv6 host without its brackets); None when unset.
+    Raises ValueError when it is not HOST:PORT."""
+    if not settings.metrics_address:
+        return None
+    host, colon, port = settings.metrics_address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError("an IPv6 host goes in brackets, e.g. [::]:9090")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("expected HOST:PORT with a port of 1..65535")
+    return host, int(port)
 
 
 def topology_levels(settings: Settings) -> tuple[str, ...]:
@@ -352,6 +372,14 @@ def _lease_problems(settings: Settings) -> list[str]:
 
 def _serving_problems(settings: Settings) -> list[str]:
     problems = []
+    try:
+        metrics = metrics_address(settings)
+    except ValueError as exc:
+        problems.append(f"metrics-address: {exc}, got {settings.metrics_address!r}")
+    else:
+        if metrics is not None and metrics[1] == settings.port:
+            problems.append(f"metrics-address: its port must differ from --port ({settings.port}): the verbs "
+                            "must not be served where metrics are")
     if not 0.1 <= settings.client_timeout_seconds <= 300:  # also rejects nan
         problems.append(f"client-timeout-seconds must be 0.1..300, got {settings.client_timeout_seconds}")
     if settings.max_full_nodes_body_bytes != 0 and settings.max_full_nodes_body_bytes < 1024:

@@ -2,7 +2,9 @@
 mirror and held binds must live in one process; see docs/decisions/0001-one-worker.md), with enough
 open files for every connection it may hold.
 
-Owns: gunicorn's settings and the open-file limit. Must not: parse arguments or hold state.
+Owns: gunicorn's settings, the open-file limit, and starting the metrics-only listener
+(``--metrics-address``, extender/http/metrics_listener.py) in the worker. Must not: parse arguments or
+hold state.
 """
 
 from __future__ import annotations
@@ -78,7 +80,13 @@ def serve(settings: config.Settings) -> None:
                 self.cfg.set(key, value)
 
         def load(self) -> Any:
-            return create_app(settings)
+            app = create_app(settings)
+            metrics = config.metrics_address(settings)
+            if metrics is not None:  # in the worker, beside the app whose registry it serves
+                from extender.http import metrics_listener
+
+                metrics_listener.start(*metrics, app.extensions["gang_extender"].metrics.registry)
+            return app
 
     ensure_open_files(settings.threads)
     _Gunicorn().run()

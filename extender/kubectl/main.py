@@ -23,6 +23,14 @@ from extender.kube.client import KubeClient, kubeconfig_namespace
 from extender.kubectl import collect, render
 
 PROG = "kubectl gang"
+VIEWER_ROLE = "gang-extender:kubectl-gang-viewer"
+"""The shipped ClusterRole granting what ``read`` lists (manifests/rbac/kubectl-gang-viewer.yaml)."""
+
+
+def _hint(exc: KubeError) -> str:
+    """What to do about a refusal: the role that grants every read of this plugin."""
+    return (f"; the ClusterRole {VIEWER_ROLE} grants what {PROG} reads: ask for a RoleBinding to it in the "
+            "namespace (a ClusterRoleBinding for -A)") if exc.status == 403 else ""
 
 
 class Reader(Protocol):
@@ -50,13 +58,14 @@ def read(kube: Reader, namespace: str | None, warn: TextIO = sys.stderr) -> list
                 obj.setdefault("apiVersion", f"{api.group}/{version}")
                 groups.append(collect.GroupObject(api.kind, obj))
         except KubeError as exc:
-            print(f"{PROG}: cannot list {api.name}: {exc} (its gangs are shown from their pods only)", file=warn)
+            print(f"{PROG}: cannot list {api.name}: {exc} (its gangs are shown from their pods only){_hint(exc)}",
+                  file=warn)
     pods = list(kube.list(_in(namespace, "/api/v1", "pods")))
     try:
         events = list(kube.list(_in(namespace, "/api/v1", "events"),
                                 query={"fieldSelector": f"source={collect.COMPONENT}"}))
     except KubeError as exc:
-        print(f"{PROG}: cannot list events: {exc} (no reasons or published explanations)", file=warn)
+        print(f"{PROG}: cannot list events: {exc} (no reasons or published explanations){_hint(exc)}", file=warn)
         events = []
     return collect.gang_rows(groups, pods, events)
 
@@ -110,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args, kube)
     except KubeError as exc:
-        print(f"{PROG}: cannot read the API server {kube.server}: {exc}", file=sys.stderr)
+        print(f"{PROG}: cannot read the API server {kube.server}: {exc}{_hint(exc)}", file=sys.stderr)
         return 2
     finally:
         kube.close()

@@ -2,7 +2,8 @@
 
 The installed ``kubectl-gang`` runs as a kubectl plugin (``kubectl gang``, found on PATH by kubectl
 itself) and on its own with ``--kubeconfig``, with nothing but a kubeconfig (the admin's, or that of a
-user who may only list pods, events and group objects in the scenario's namespace): HOME is an empty
+user bound only to the shipped ClusterRole gang-extender:kubectl-gang-viewer, in the scenario's namespace
+or everywhere, or only to the built-in view role it is aggregated into): HOME is an empty
 directory and no in-cluster variables are set. gang-extender runs as the e2e harness runs it,
 publishing its explanations every second; the plugin never talks to it.
 """
@@ -18,7 +19,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from controlplane import ControlPlane, wait_for
+from identities import MANIFESTS
 from support import all_bound, create, pod, pod_spec, scenario, scheduling_with_extender
 
 KUBECTL_GANG = str(Path(sys.executable).with_name("kubectl-gang"))
@@ -57,22 +60,61 @@ def row(listing: str, name: str) -> dict[str, str]:
     return {}
 
 
-READER_RULES = [{"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["list"]},
-                {"apiGroups": ["scheduling.k8s.io", "scheduling.x-k8s.io"], "resources": ["workloads", "podgroups"],
-                 "verbs": ["list"]}]
-"""All ``kubectl gang`` needs in a namespace (API discovery is open to every authenticated user)."""
+VIEWER_ROLE = MANIFESTS / "rbac" / "kubectl-gang-viewer.yaml"
+"""The shipped ClusterRole gang-extender:kubectl-gang-viewer: all ``kubectl gang`` may read (API discovery
+is open to every authenticated user)."""
 
 
-def reader_kubeconfig(cp: ControlPlane, ns: str) -> str:
-    """A kubeconfig of a user who may only list pods, events and group objects in ``ns``."""
-    user = f"gang-reader-{ns}"
-    create(cp, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                "metadata": {"name": "gang-reader", "namespace": ns}, "rules": READER_RULES},
-           {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "gang-reader", "namespace": ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "gang-reader"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+def _binding(kind: str, name: str, ns: str | None, role: str, user: str) -> dict[str, Any]:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+            "metadata": {"name": name, **({"namespace": ns} if ns else {})},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}
+
+
+def reader_kubeconfig(cp: ControlPlane, ns: str, role: str = "", cluster_wide: bool = False) -> str:
+    """A kubeconfig of a user bound to one ClusterRole (default: the shipped viewer role, applied from
+    manifests/rbac) in ``ns`` only, or in every namespace (``cluster_wide``), and to nothing else."""
+    if not role:
+        cp.kubectl("apply", "-f", str(VIEWER_ROLE))
+        role = yaml.safe_load(VIEWER_ROLE.read_text())["metadata"]["name"]
+    user = f"gang-reader-{'all' if cluster_wide else ns}-{role.replace(':', '-')}"
+    name = f"{user}-binding"
+    create(cp, _binding("ClusterRoleBinding", name, None, role, user) if cluster_wide
+           else _binding("RoleBinding", name, ns, role, user))
     return cp.user_kubeconfig(user)
+
+
+def refused(cp: ControlPlane, home: Path, ns: str) -> None:
+    """A user bound to nothing: ``kubectl gang list`` exits 2 with a message naming the shipped role,
+    never a traceback."""
+    argv = [KUBECTL_GANG, "--kubeconfig", cp.user_kubeconfig(f"gang-nobody-{ns}"), "list", "-n", ns]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
+                          env={"HOME": str(home), "LANG": "C.UTF-8"})
+    assert done.returncode == 2 and not done.stdout, (done.returncode, done.stdout, done.stderr)
+    last = done.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in done.stderr and "403" in last and "gang-extender:kubectl-gang-viewer" in last, done.stderr
+
+
+def as_readers(cp: ControlPlane, home: Path, ns: str, train: str, out: dict[str, str]) -> None:
+    """``kubectl gang`` list and explain as users bound only to the shipped viewer role (nothing on
+    stderr: a list it makes that the role does not grant fails here), by the built-in view role it is
+    aggregated into, and refused to a user bound to nothing."""
+    reader = reader_kubeconfig(cp, ns)
+    assert row(kubectl_gang(cp, home, "list", "-n", ns, kubeconfig=reader), train)["STATE"] == "WaitingForMembers"
+    out["explain"] = kubectl_gang(cp, home, "explain", f"{ns}/train", plugin=False, kubeconfig=reader)
+    for text in ("State:       WaitingForMembers", "minCount 4", "3/4 pods exist", "Published:", "Live:"):
+        assert text in out["explain"], out["explain"]
+    everywhere = reader_kubeconfig(cp, ns, cluster_wide=True)
+    assert row(kubectl_gang(cp, home, "list", "-n", ns, kubeconfig=everywhere), train)["STATE"] == "WaitingForMembers"
+    assert any(line.startswith(ns) for line in kubectl_gang(cp, home, "list", "-A", kubeconfig=everywhere).splitlines())
+    viewer = reader_kubeconfig(cp, ns, role="view")  # the aggregation controller fills view in a moment
+    wait_for(lambda: subprocess.run([KUBECTL_GANG, "--kubeconfig", viewer, "list", "-n", ns], capture_output=True,
+                                    text=True, timeout=30, check=False, env={"HOME": str(home)}).stderr == "",
+             timeout=30, interval=0.5, what="the view ClusterRole to aggregate gang-extender:kubectl-gang-viewer")
+    full = kubectl_gang(cp, home, "list", "-n", ns, kubeconfig=viewer)
+    assert row(full, train)["STATE"] == "WaitingForMembers" and "3/4 pods exist" in row(full, train)["REASON"], full
+    refused(cp, home, ns)
 
 
 def annotated(ns: str, name: str, index: int, selector: Mapping[str, str]) -> dict[str, Any]:
@@ -110,11 +152,7 @@ def run_scenario(cp: ControlPlane, workdir: Path, name: str, group: Group, membe
         assert [waiting[c] for c in ("MIN", "MEMBERS", "BOUND")] == ["4", "3", "0"], out["list"]
         assert [done[c] for c in ("MIN", "MEMBERS", "BOUND")] == ["2", "2", "2"], out["list"]
         assert row(out["list"], "ann")["SOURCE"] == "annotations", out["list"]
-        reader = reader_kubeconfig(cp, ns)  # a user who may only list, in this namespace only
-        assert row(kubectl_gang(cp, home, "list", "-n", ns, kubeconfig=reader), train)["STATE"] == "WaitingForMembers"
-        out["explain"] = kubectl_gang(cp, home, "explain", f"{ns}/train", plugin=False, kubeconfig=reader)
-        for text in ("State:       WaitingForMembers", "minCount 4", "3/4 pods exist", "Published:", "Live:"):
-            assert text in out["explain"], out["explain"]
+        as_readers(cp, home, ns, train, out)  # the shipped viewer role, view, and no role at all
         out["explain-ann"] = kubectl_gang(cp, home, "explain", f"{ns}/ann")
         assert "State:       WaitingForMembers" in out["explain-ann"] and "[annotations]" in out["explain-ann"]
         create(cp, member(ns, "train", 3, labels))

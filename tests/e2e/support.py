@@ -50,6 +50,32 @@ def scheduler_config(url: str, *, http_timeout: str = "30s", prioritize: bool = 
     return config
 
 
+def metrics_here(args: Iterable[str]) -> tuple[list[str], int]:
+    """Shipped sidecar args with their ``--metrics-address`` (the pod IP's port 9090, one pod per address
+    in a cluster) moved to a free loopback port of this shared host: (args, that port)."""
+    port = free_ports(1)[0]
+    out = [f"--metrics-address=127.0.0.1:{port}" if a.startswith("--metrics-address=") else a for a in args]
+    assert out != list(args), f"no --metrics-address in the shipped args {list(args)}"
+    return out, port
+
+
+def metrics_only(port: int, wanted: str = "gang_extender_requests_total") -> str:
+    """The metrics-only listener on ``port``: GET /metrics names ``wanted`` (returned: the scrape), and a
+    verb or the explain path sent there is refused (POST: 501, GET: 404)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        scraped = reply.read().decode()
+    assert wanted in scraped, scraped[:2000]
+    for method, path, status in (("POST", "/filter", 501), ("POST", "/bind", 501), ("GET", "/explain", 404)):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=b"{}" if method == "POST" else None,
+                                         method=method)
+        try:
+            urllib.request.urlopen(request, timeout=10).close()
+            raise AssertionError(f"{method} {path} was served on the metrics port")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == status, (method, path, exc.code)
+    return scraped
+
+
 class Extender:
     """``gang-extender serve`` as a child process, restartable, killable."""
 

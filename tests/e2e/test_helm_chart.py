@@ -22,7 +22,17 @@ import yaml
 from controlplane import ControlPlane, tail, wait_for
 from identities import EXTENDER_USER, MANIFESTS, NAMESPACE, TOKEN_SECRET, whoami
 from identities import _from_secret_mount as secret_mount_kubeconfig
-from support import Extender, Sampler, bound, events, https_ok, spawn_scheduler_as_pod, stop_process_group
+from support import (
+    Extender,
+    Sampler,
+    bound,
+    events,
+    https_ok,
+    metrics_here,
+    metrics_only,
+    spawn_scheduler_as_pod,
+    stop_process_group,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -94,6 +104,7 @@ def test_helm_install_schedules_a_gang(plane: ControlPlane, helm_bin: Path, tmp_
 
     shipped = [a for a in sidecar["args"] if not a.startswith(("--host=", "--port=", "--threads=", "--release-"))]
     assert "--gang-timeout-seconds=12" in shipped
+    shipped, metrics_port = metrics_here(shipped)
     ext = Extender(extender, tmp_path, log=print, args=shipped)  # its own --release-journal, in tmp_path
     ext.start()
     config = hc.scheduler_configuration(live)
@@ -116,6 +127,7 @@ def test_helm_install_schedules_a_gang(plane: ControlPlane, helm_bin: Path, tmp_
         metrics = ext.metrics()
         assert metrics.get('gang_extender_events_total{outcome="failed"}', 0) == 0, metrics
         assert " 403" not in ext.log_path.read_text(), tail(ext.log_path)
+        assert 'verb="bind"' in metrics_only(metrics_port)  # what Prometheus scrapes; no verb there
     finally:
         stop_process_group(proc)
         ext.stop()

@@ -49,6 +49,10 @@ def test_drift_is_caught_on_either_side(helm_bin: Path, k8s_bin_dir: Path) -> No
     # the chart changes a flag
     changed = hc.rendered(helm_bin, sets=["gang.timeoutSeconds=21"])
     assert any("--gang-timeout-seconds=21" in d for d in hc.drift(changed, base)), hc.drift(changed, base)
+    # the users' viewer role leaves the built-in roles, or is not rendered
+    for pair in ("kubectlGang.aggregateToView=false", "kubectlGang.viewerRole=false"):
+        found = hc.drift(hc.rendered(helm_bin, sets=[pair]), base)
+        assert any("gang-extender:kubectl-gang-viewer" in d for d in found), (pair, found)
     # the overlay changes a flag, a scheduler setting, an RBAC rule, a security context
     chart = hc.rendered(helm_bin)
     for change in ("arg", "config", "rule", "context"):
@@ -151,10 +155,36 @@ def test_hostile_values_are_refused_or_rendered_safely(helm_bin: Path) -> None:
     """extraArgs may not override what the chart sets from other values (the loopback host, the bind
     mode the scheduler configuration matches); a scheduler name YAML would read as a boolean stays a
     string."""
-    for arg in ("--host=0.0.0.0", "--bind-mode=filter-gated", "--scheduler-http-timeout-seconds=5", "--port"):
+    for arg in ("--host=0.0.0.0", "--bind-mode=filter-gated", "--scheduler-http-timeout-seconds=5", "--port",
+                "--metrics-address=0.0.0.0:8888"):
         refused = hc.template(helm_bin, sets=[f"extender.extraArgs={{{arg}}}"], check=False)
         assert refused.returncode != 0 and "'not' failed" in refused.stderr, (arg, refused.stderr)
     objects = hc.rendered(helm_bin, sets=["schedulerName=yes"])
     assert hc.scheduler_configuration(objects)["profiles"] == [{"schedulerName": "yes"}]
     (role,) = [r for r in hc.by_kind(objects, "Role") if r["metadata"]["name"] == "gang-scheduler:leader-election"]
     assert role["rules"][0]["resourceNames"] == ["yes"]
+
+
+def test_metrics_values_render_the_listener_its_service_and_podmonitor(helm_bin: Path) -> None:
+    """metrics.*: the flag ``gang-extender serve`` parses to the address given, the sidecar's port, the
+    headless Service, the PodMonitor only when asked (and only with the listener); all gone when off."""
+    objects = hc.rendered(helm_bin, sets=["metrics.address=[::]", "metrics.port=9191"])
+    address = _parsed(hc.extender_args(objects)).metrics_address
+    assert config.metrics_address(config.load({"metrics_address": address})) == ("::", 9191)
+    (sidecar,) = hc.pod_spec(objects)["initContainers"]
+    assert sidecar["ports"] == [{"name": "metrics", "containerPort": 9191, "protocol": "TCP"}]
+    (service,) = hc.by_kind(objects, "Service")
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["ports"][0]["targetPort"] == 9191
+    (deployment,) = hc.by_kind(objects, "Deployment")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert hc.by_kind(objects, "PodMonitor") == []  # off by default
+    (monitor,) = hc.by_kind(hc.rendered(helm_bin, sets=["metrics.podMonitor.enabled=true",
+                                                        "metrics.podMonitor.labels.release=kps"]), "PodMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"portNumber": 9090, "path": "/metrics", "scheme": "http",
+                                                       "interval": "30s"}]
+    off = hc.rendered(helm_bin, sets=["metrics.enabled=false"])
+    assert not any(a.startswith("--metrics-address") for a in hc.extender_args(off))
+    assert "ports" not in hc.pod_spec(off)["initContainers"][0] and hc.by_kind(off, "Service") == []
+    refused = hc.template(helm_bin, sets=["metrics.enabled=false", "metrics.podMonitor.enabled=true"], check=False)
+    assert refused.returncode != 0 and "metrics.podMonitor.enabled needs metrics.enabled" in refused.stderr

@@ -42,6 +42,8 @@ from support import (
     bound,
     events,
     https_ok,
+    metrics_here,
+    metrics_only,
     scheduler_config,
     spawn_scheduler_as_pod,
     stop_process_group,
@@ -577,6 +579,7 @@ def test_ha_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path) ->
     built = {d["kind"]: d for d in _built(cp.bin_dir, "ha")}
     (sidecar,) = built["Deployment"]["spec"]["template"]["spec"]["initContainers"]
     shipped = [a for a in sidecar["args"] if not a.startswith(("--host=", "--port=", "--threads="))]
+    shipped, metrics_port = metrics_here(shipped)
     ext = Extender(extender, tmp_path, log=print, args=shipped)
     at = ext.args.index("--release-journal")  # what the test harness adds; the ha sidecar has none
     del ext.args[at:at + 2]
@@ -594,6 +597,7 @@ def test_ha_topology_runs_as_shipped(installed: ControlPlane, tmp_path: Path) ->
         assert lease["spec"]["holderIdentity"], lease
         assert _readyz(ext)["leader"] is True
         assert "forbidden" not in log_path.read_text().lower(), tail(log_path)
+        assert 'verb="bind"' in metrics_only(metrics_port)  # what Prometheus scrapes; no verb there
         _assert_writes_succeeded(ext)
     finally:
         stop_process_group(proc)

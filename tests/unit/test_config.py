@@ -48,7 +48,8 @@ def test_field_names() -> None:
                                       "request_buffer_bytes", "topology_levels",  # issue 12
                                       "max_wait_seconds",  # issue 13
                                       "max_evictions_per_minute", "preemption",
-                                      "bind_mode"]  # issue 14
+                                      "bind_mode",  # issue 14
+                                      "metrics_address"]  # issue 16: the metrics-only listener
 
 
 @pytest.mark.parametrize(("args", "problem"), [

@@ -80,6 +80,9 @@ extenders:
 - --scheduler-http-timeout-seconds={{ int .Values.scheduler.extenderHTTPTimeoutSeconds }}
 - --threads={{ int .Values.extender.threads }}
 - --log-level={{ .Values.extender.logLevel }}
+{{- if .Values.metrics.enabled }}
+- --metrics-address={{ .Values.metrics.address }}:{{ int .Values.metrics.port }}
+{{- end }}
 {{- if include "gang-extender.electing" . }}
 - --leader-election=on
 - --lease-namespace={{ .Release.Namespace }}

@@ -1,0 +1,108 @@
+"""The metrics-only listener (``--metrics-address``): Prometheus scrapes the pod IP here while the verbs
+stay on their loopback port.
+
+Owns: a plain-HTTP server on its own thread that answers ``GET /metrics`` (the app's registry, the text
+format) and nothing else: any other path is 404 and any other method 501, so no verb, ``/explain`` or
+probe is reachable through it. At most ``slots`` connections are served at once, one request each, then
+closed; a request is given up after ``timeout`` without a byte, a reply after ``timeout`` in all. A
+connection beyond the slots is closed at once, so a flood of scrapers costs this listener's few threads
+and never the verbs' workers. The registry is collected at most once per ``reuse_seconds`` (a scrape
+within that of the last one gets its text again), so scrapes cannot run the collectors more often.
+Must not: serve anything but the registry, or change any state.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+log = logging.getLogger(__name__)
+
+SLOTS = 4
+TIMEOUT_SECONDS = 5.0
+REUSE_SECONDS = 1.0
+
+
+class _Scrape:
+    """The registry's text, collected again only when the last collection is ``reuse_seconds`` old."""
+
+    def __init__(self, registry: CollectorRegistry, reuse_seconds: float) -> None:
+        self.registry, self.reuse_seconds = registry, reuse_seconds
+        self._lock = threading.Lock()
+        self._at, self._text = -float("inf"), b""
+
+    def text(self) -> bytes:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._at >= self.reuse_seconds:
+                self._text, self._at = generate_latest(self.registry), now
+            return self._text
+
+
+class _Handler(BaseHTTPRequestHandler):
+    scrape: _Scrape                 # set on the subclass ``start`` makes
+    server_version = "gang-extender-metrics"
+    sys_version = ""
+
+    def do_GET(self) -> None:
+        if urlsplit(self.path).path != "/metrics":
+            self._reply(404, b"only GET /metrics is served on this address\n", "text/plain; charset=utf-8")
+            return
+        self._reply(200, self.scrape.text(), CONTENT_TYPE_LATEST)
+
+    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("metrics listener: %s " + format, self.address_string(), *args)
+
+
+class MetricsListener(ThreadingHTTPServer):
+    """A threading HTTP server that serves at most ``slots`` connections at once."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[_Handler], slots: int) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self._slots = threading.BoundedSemaphore(slots)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.debug("metrics listener: %d scrapes in progress, closing %s", SLOTS, client_address)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def start(host: str, port: int, registry: CollectorRegistry, slots: int = SLOTS,
+          timeout: float = TIMEOUT_SECONDS, reuse_seconds: float = REUSE_SECONDS) -> MetricsListener:
+    """Listen on ``host:port`` (port 0: any free one, see ``server_address``) and serve on a daemon thread;
+    raises OSError when the address cannot be bound."""
+    handler = type("MetricsHandler", (_Handler,), {"scrape": _Scrape(registry, reuse_seconds), "timeout": timeout})
+    server = MetricsListener((host, port), handler, slots)
+    threading.Thread(target=server.serve_forever, name="metrics-listener", daemon=True).start()
+    log.info("serving GET /metrics only on http://%s:%d", f"[{host}]" if ":" in host else host,
+             server.server_address[1])
+    return server

@@ -1,0 +1,118 @@
+"""The metrics-only listener (extender/http/metrics_listener.py, ``--metrics-address``): GET /metrics and
+nothing else, at most 4 connections at once, and, in a live ``gang-extender serve``, the verbs still only on
+their own port.
+
+Timings are generous bounds on behaviour (a held slot is freed within its timeout plus slack).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from extender import config
+from extender.errors import ConfigError
+from extender.http import metrics_listener
+from tests.http.conftest import NODE_NAMES, snapshot_objects
+from tests.http.live import LiveServer, free_port
+
+FILTER = json.dumps({"Pod": {"metadata": {"name": "web-9", "namespace": "default", "uid": "u9"},
+                             "spec": {"containers": [{"name": "c"}]}}, "NodeNames": NODE_NAMES}).encode()
+
+
+def ask(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+        reply = conn.getresponse()
+        return reply.status, reply.read()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def listener() -> metrics_listener.MetricsListener:
+    registry = CollectorRegistry()
+    Counter("gang_extender_probe", "a test counter", registry=registry).inc(3)
+    server = metrics_listener.start("127.0.0.1", 0, registry, slots=4, timeout=1.0)
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_only_get_metrics_is_served(listener: metrics_listener.MetricsListener) -> None:
+    port = listener.server_address[1]
+    status, body = ask(port, "GET", "/metrics")
+    assert status == 200 and b"gang_extender_probe_total 3.0" in body
+    assert ask(port, "GET", "/metrics?name[]=x")[0] == 200
+    for path in ("/", "/filter", "/healthz", "/explain", "/metrics/../filter"):
+        assert ask(port, "GET", path)[0] == 404, path
+    for verb in ("/filter", "/prioritize", "/bind", "/metrics"):
+        assert ask(port, "POST", verb, FILTER)[0] == 501, verb
+
+
+def test_scrapes_within_a_second_reuse_the_last_collection() -> None:
+    registry = CollectorRegistry()
+    counter = Counter("gang_extender_probe", "a test counter", registry=registry)
+    server = metrics_listener.start("127.0.0.1", 0, registry, reuse_seconds=0.5)
+    port = server.server_address[1]
+    try:
+        assert b"gang_extender_probe_total 0.0" in ask(port, "GET", "/metrics")[1]
+        counter.inc()
+        assert b"gang_extender_probe_total 0.0" in ask(port, "GET", "/metrics")[1]  # the same collection
+        time.sleep(0.6)
+        assert b"gang_extender_probe_total 1.0" in ask(port, "GET", "/metrics")[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_fifth_connection_is_closed_while_four_hold_the_slots(listener: metrics_listener.MetricsListener) -> None:
+    port = listener.server_address[1]
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+    time.sleep(0.2)  # accepted, each on its thread, waiting for a request line
+    extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+    extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+    assert extra.recv(100) == b""  # closed without a reply
+    extra.close()
+    started = time.monotonic()
+    for sock in held:  # the listener gives up on each after its 1 s timeout
+        assert sock.recv(100) == b""
+        sock.close()
+    assert time.monotonic() - started < 5
+    assert ask(port, "GET", "/metrics")[0] == 200
+
+
+@pytest.mark.parametrize(("address", "expected"), [("", None), ("0.0.0.0:9090", ("0.0.0.0", 9090)),
+                                                   ("[::]:9090", ("::", 9090)), ("pod:1", ("pod", 1))])
+def test_metrics_address_is_parsed(address: str, expected: tuple[str, int] | None) -> None:
+    assert config.metrics_address(config.load({"metrics_address": address})) == expected
+
+
+@pytest.mark.parametrize("address", ["9090", ":9090", "::9090", "0.0.0.0:0", "0.0.0.0:70000", "h:x", "0.0.0.0:8888"])
+def test_a_bad_metrics_address_is_refused(address: str) -> None:
+    with pytest.raises(ConfigError, match="metrics-address"):
+        config.load({"metrics_address": address})
+
+
+def test_a_live_server_serves_metrics_there_and_verbs_only_on_its_port(tmp_path: Path) -> None:
+    metrics_port = free_port()
+    live = LiveServer(tmp_path, {"apiVersion": "v1", "kind": "List", "items": snapshot_objects()},
+                      args=["--metrics-address", f"127.0.0.1:{metrics_port}", "--threads", "8"])
+    with live:
+        assert ask(live.port, "POST", "/filter", FILTER)[0] == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as reply:
+            scraped = reply.read().decode()
+        assert 'gang_extender_requests_total{outcome="ok",verb="filter"} 1.0' in scraped, scraped[:2000]
+        assert "gang_extender_filter_cache_hits_total" in scraped
+        assert ask(metrics_port, "POST", "/filter", FILTER)[0] == 501
+        assert ask(metrics_port, "GET", "/readyz")[0] == 404
+    assert "serving GET /metrics only on http://127.0.0.1:" in live.log_path.read_text(), live.log_tail()
+    assert "Traceback" not in live.log_path.read_text(), live.log_tail()
