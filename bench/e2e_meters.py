@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,13 +56,28 @@ def worker_threads_cpu(worker: int | None) -> dict[str, Any]:
     if worker is None:
         return {}
     tids: dict[int, tuple[str, float]] = {}
+    names = python_thread_names(worker)
     with contextlib.suppress(OSError):
         for task in Path(f"/proc/{worker}/task").iterdir():
             with contextlib.suppress(OSError, ValueError, IndexError):
                 ran = int((task / "schedstat").read_text().split()[0]) / 1e9
-                name = "main loop" if task.name == str(worker) else thread_group((task / "comm").read_text().strip())
+                comm = names.get(int(task.name)) or (task / "comm").read_text().strip()
+                name = "main loop" if task.name == str(worker) else thread_group(comm)
                 tids[int(task.name)] = (name, ran)
     return {"total": cpu_seconds_of(f"/proc/{worker}/stat"), "tids": tids}
+
+
+def python_thread_names(pid: int) -> dict[int, str]:
+    """Native thread id -> Python thread name, from one ``py-spy dump`` (Python 3.11 does not name OS
+    threads: every thread's ``comm`` is the process's). Empty without py-spy or if it fails."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        return {}
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run([spy, "dump", "--pid", str(pid)], check=False, capture_output=True, text=True,
+                             timeout=30).stdout
+        return {int(tid): name for tid, name in re.findall(r'^Thread (\d+) \(\w+\): "(.*)"$', out, re.M)}
+    return {}
 
 
 def thread_group(comm: str) -> str:

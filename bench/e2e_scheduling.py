@@ -86,15 +86,17 @@ PACED_RATE = 96.0  # pods/s: half of the do-nothing extender's arrival throughpu
 # ---------------------------------------------------------------------------------------- phases
 def run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *, name: str, timeout: float,
               hold: float | None = None, start: Any = None, profile: Path | None = None,
-              pace: float | None = None) -> Phase:
+              pace: float | None = None, measured: Any = None) -> Phase:
+    """One phase; ``measured``: the extender process whose worker's threads are metered (default ``ext``)."""
     with py_spy(ext, profile, name):
-        return _run_phase(cp, plan, watch, ext, name=name, timeout=timeout, hold=hold, start=start, pace=pace)
+        return _run_phase(cp, plan, watch, ext, name=name, timeout=timeout, hold=hold, start=start, pace=pace,
+                          measured=measured or ext)
 
 
 
 def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *, name: str, timeout: float,
                hold: float | None = None, start: Any = None, args_stall: float = STALL_SECONDS,
-               pace: float | None = None) -> Phase:
+               pace: float | None = None, measured: Any = None) -> Phase:
     """Create the plan and wait until it is bound (or ``timeout``). With ``start`` (a callable that starts
     kube-scheduler), the pods are created first and the clock starts when the scheduler is ready; with
     ``pace`` (pods/s), gangs are created at that fixed rate while the scheduler runs."""
@@ -109,7 +111,7 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
         wl.log(f"[{name}] created {len(keys)} pods in {phase.create_seconds:.1f}s with no scheduler running")
     meter = CpuMeter(cp)
     ext0 = wl.extender_metrics(ext) if ext is not None else {}
-    worker = extender_worker_pid(ext) if ext is not None else None
+    worker = extender_worker_pid(measured) if measured is not None else None
     threads0 = worker_threads_cpu(worker)
     if start is not None:
         first = time.monotonic()  # scheduler start-up (~0.5 s, the same for every configuration) counts
@@ -196,8 +198,7 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
             members = [g.members for g in plan.gangs]
             phase.trace = gang_trace.summarize(members, created if start is None else dict.fromkeys(keys, first),
                                                watch.bound, traces, wl.percentile)
-        threads1 = worker_threads_cpu(worker)
-        phase.extender_threads_cpu = threads_cpu_used(threads0, threads1)
+    phase.extender_threads_cpu = threads_cpu_used(threads0, worker_threads_cpu(worker))
     wl.log(f"[{name}] {phase.bound}/{phase.pods} bound in {phase.seconds:.1f}s ({phase.pods_per_second:.0f} pods/s); "
            f"{phase.completed_gangs}/{phase.gangs} gangs whole; {phase.partial_gangs} partial; CPU s {phase.cpu}"
            + (f"; extender worker CPU s {phase.extender_threads_cpu}" if phase.extender_threads_cpu else "")
@@ -246,7 +247,7 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
                 elif config == "noop-extender":
                     noop = NoopExtender(cp.kubeconfig, workdir / slug)
             scheduler = scheduler_config_for(ext or noop, words)
-            run_phases(cp, config, ext, scheduler, args, result, slug)
+            run_phases(cp, config, ext, scheduler, args, result, slug, measured=ext or noop)
             text = cp.log_path("kube-scheduler").read_text(errors="replace")
             result["scheduler_log"] = {
                 "permit_timeouts": text.count("rejected due to timeout"),
@@ -293,7 +294,7 @@ def clear(cp: ControlPlane, watch: wl.BindWatch, ext: Any, plan: wl.Plan) -> Non
 
 
 def run_phases(cp: ControlPlane, config: str, ext: Any, scheduler: dict[str, Any], args: argparse.Namespace,
-               result: dict[str, Any], slug: str) -> None:
+               result: dict[str, Any], slug: str, measured: Any = None) -> None:
     gangs = config not in ("ceiling", "noop-extender")  # both run the same pods without gangs
     backlog, _ = wl.e2e_plan(gangs=gangs, gang_count=args.gangs, size=args.size, contention_gangs=0,
                              namespace="backlog")
@@ -303,7 +304,8 @@ def run_phases(cp: ControlPlane, config: str, ext: Any, scheduler: dict[str, Any
     watch = wl.BindWatch(cp)
     try:
         if "backlog" in args.phases:
-            result["backlog"] = run_phase(cp, backlog, watch, ext, name=f"{slug} backlog", timeout=args.timeout,
+            result["backlog"] = run_phase(cp, backlog, watch, ext, measured=measured, name=f"{slug} backlog",
+                                          timeout=args.timeout,
                                           start=lambda: cp.start_scheduler(scheduler), profile=args.py_spy)
             clear(cp, watch, ext, backlog)
         else:
@@ -313,16 +315,17 @@ def run_phases(cp: ControlPlane, config: str, ext: Any, scheduler: dict[str, Any
                        if line.startswith('kubernetes_feature_enabled{name="GangScheduling"')]
             wl.log(f"[{config}] {enabled}")
         if "arrival" in args.phases:
-            result["arrival"] = run_phase(cp, arrival, watch, ext, name=f"{slug} arrival",
+            result["arrival"] = run_phase(cp, arrival, watch, ext, measured=measured, name=f"{slug} arrival",
                                           timeout=args.timeout, profile=args.py_spy)
         if "paced" in args.phases:
             if "arrival" in args.phases:
                 clear(cp, watch, ext, arrival)
-            result["paced"] = run_phase(cp, paced, watch, ext, name=f"{slug} paced", timeout=args.timeout,
+            result["paced"] = run_phase(cp, paced, watch, ext, measured=measured, name=f"{slug} paced",
+                                        timeout=args.timeout,
                                         profile=args.py_spy, pace=args.paced_rate)
         if "contention" in args.phases:
             cap = args.contention_cap if gangs else min(args.contention_cap, 30.0)  # groups never complete
-            result["contention"] = run_phase(cp, contention, watch, ext, name=f"{slug} contention",
+            result["contention"] = run_phase(cp, contention, watch, ext, measured=measured, name=f"{slug} contention",
                                              timeout=cap, hold=args.hold)
     finally:
         watch.close()
