@@ -21,6 +21,7 @@ from extender.config import Settings
 from extender.gangs import explanation, planner
 from extender.wiring.composition import from_snapshot
 from extender.wiring.discovery import GroupWatches
+from extender.wiring.reporting import explained
 from tests.builders import Harness, filter_args, make_engine, node, pod
 from tests.unit.test_engine import Binds, wait_until
 
@@ -81,6 +82,35 @@ def test_gang_that_never_fits_names_the_largest_shortfall(h: Harness) -> None:
     # 4 members of cpu=3 on three 4-cpu nodes: 3 fit, 1 cpu is left on each node, the fourth needs 3.
     assert answer["shortfall"] == {"resource": "cpu", "amount": "cpu=2", "scope": "node",
                                    "reason": "enough in total, but no node has cpu=3 free for one member"}
+
+
+@pytest.mark.parametrize("entry", ["GET /explain", "GangState publisher"])
+def test_a_filter_is_answered_while_an_explanation_computes_its_shortfall(
+        h: Harness, monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    """An explanation holds the mirror lock only to copy what it needs: a filter from another thread is
+    answered while it plans the gang and looks for the shortfall (the slow part, over every node). Were
+    the lock held for the whole explanation, the filter would wait for it to end."""
+    members = [member(i) for i in range(4)]
+    h.add(*members)
+    assert not h.engine.filter(filter_args(members[0], NODES)).feasible
+    real, answered = explanation.largest_shortfall, []
+
+    def shortfall_beside_a_filter(*args: Any) -> explanation.Shortfall | None:
+        done = threading.Event()
+        plain = pod("plain", cpu="1")
+        threading.Thread(target=lambda: (h.engine.filter(filter_args(plain, NODES)), done.set()), daemon=True).start()
+        answered.append(done.wait(2.0))
+        return real(*args)
+
+    monkeypatch.setattr(explanation, "largest_shortfall", shortfall_beside_a_filter)
+    if entry == "GET /explain":
+        (answer,) = h.engine.explain("ml", "train")
+    else:
+        published = explained(h.ledger, h.mirror, h.mirror.find_gangs("ml", "train")[0])
+        assert published is not None
+        answer = published.value
+    assert answered == [True]
+    assert answer["shortfall"]["scope"] == "node"
 
 
 def test_gang_waiting_for_capacity_names_the_cluster_shortfall(h: Harness) -> None:
