@@ -378,7 +378,7 @@ class GangLedger(FilterGate):
                 backoff_in=max(state.backoff_until - now, 0.0), timeouts=state.timeouts, completed=state.completed,
                 message=state.last_message, never_fits=state.never_fits.message if state.never_fits else "",
                 api_version=meta.api_version if meta else "", template=meta.template if meta else "",
-                topology=topology_view, order=self.order_view(gang))
+                topology=topology_view, order=self.order_view(gang), draining=self.drain_to_place(gang))
 
     def _topology_view(self, gang: GangKey, policy: GangPolicy | None, members: tuple[PodRecord, ...],
                        state: GangState) -> dict[str, Any] | None:

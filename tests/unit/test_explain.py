@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from extender import cli, explain
-from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord
+from extender.cluster.model import PASS, GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord
 from extender.cluster.records import pod_record
 from extender.config import Settings
 from extender.gangs import explanation, planner
@@ -24,6 +24,8 @@ from extender.wiring.discovery import GroupWatches
 from extender.wiring.reporting import explained
 from tests.builders import Harness, filter_args, make_engine, node, pod
 from tests.unit.test_engine import Binds, wait_until
+from tests.unit.test_order import NODES as ORDER_NODES
+from tests.unit.test_order import World
 
 NODES = ["n1", "n2", "n3"]
 
@@ -111,6 +113,38 @@ def test_a_filter_is_answered_while_an_explanation_computes_its_shortfall(
         answer = published.value
     assert answered == [True]
     assert answer["shortfall"]["scope"] == "node"
+
+
+def test_a_draining_gangs_progress_is_planned_outside_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """How many members fit in a draining reservation now (a plan over its nodes) is computed, like the
+    shortfall, after the explanation releases the mirror lock: another thread takes it during each plan."""
+    w = World(max_wait=60)
+    for name in ORDER_NODES:
+        w.running(f"hog-{name}", "2", name)
+    big, big_policy, _ = w.gang("big", 4, "3")
+    assert w.ledger.admission(big, big_policy) != PASS
+    w.clock.advance(61)
+    w.ledger.sweep()
+    real, explaining, lock_free = planner.plan, threading.current_thread(), []
+
+    def plan_while_another_thread_takes_the_lock(*args: Any, **kwargs: Any) -> planner.Plan:
+        if threading.current_thread() is explaining:
+            taken = []
+
+            def take() -> None:
+                if w.mirror.lock.acquire(timeout=2.0):
+                    w.mirror.lock.release()
+                    taken.append(True)
+            thread = threading.Thread(target=take)
+            thread.start()
+            thread.join()
+            lock_free.append(bool(taken))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "plan", plan_while_another_thread_takes_the_lock)
+    answer = w.ledger.explain(big)
+    assert answer["state"] == "Draining" and answer["order"]["draining"]["free"] == 0  # 2 of 4 cpu free, 3 asked
+    assert lock_free == [True, True]  # the shortfall, then the drain's progress
 
 
 def test_gang_waiting_for_capacity_names_the_cluster_shortfall(h: Harness) -> None:
