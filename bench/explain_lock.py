@@ -20,6 +20,7 @@ Measured, per members count:
 
     .venv/bin/python bench/explain_lock.py [--nodes 5000] [--members 300 1000] [--seconds 5]
     .venv/bin/python bench/explain_lock.py --profile      # + cProfile of one explanation
+    .venv/bin/python bench/explain_lock.py --drain        # the gang draining (max wait 0 s)
 """
 
 from __future__ import annotations
@@ -132,18 +133,22 @@ class TimedLock:
         self.release()
 
 
-def build(nodes: int, members: int, seed: int) -> tuple[Runtime, list[str], TimedLock]:
+def build(nodes: int, members: int, seed: int, drain: bool = False) -> tuple[Runtime, list[str], TimedLock]:
     objects, gang = cluster(nodes, members, seed)
     with tempfile.TemporaryDirectory(prefix="gang-explain-") as tmp:
         path = Path(tmp) / "snapshot.json"
         path.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-        runtime = composition.from_snapshot(Settings(cluster_snapshot=str(path), gang_timeout_seconds=3600))
+        runtime = composition.from_snapshot(Settings(cluster_snapshot=str(path), gang_timeout_seconds=3600,
+                                                     max_wait_seconds=0 if drain else 300))
     lock = TimedLock(runtime.mirror.lock)
     runtime.mirror.lock = lock  # type: ignore[assignment]
     runtime.ledger.lock = lock  # type: ignore[assignment]  # the ledger shares the mirror's lock
     names = [f"node-{i:05d}" for i in range(nodes)]
     verdict = runtime.engine.filter(FilterArgs(pod=gang[0], node_names=names, nodes=None))
     assert not verdict.feasible, "the gang is meant to wait for capacity"
+    for _ in range(3 if drain else 0):  # past its max wait of 0 s, the head gang drains (a sweep starts it)
+        time.sleep(0.1)
+        runtime.engine.sweep()
     return runtime, names, lock
 
 
@@ -212,10 +217,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="of filters, alone and beside explanations [5]")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="cProfile one explanation per members count")
+    parser.add_argument("--drain", action="store_true",
+                        help="a max wait of 0 s: the gang drains (its explanation also plans the drain's progress)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     for members in args.members:
-        runtime, names, lock = build(args.nodes, members, args.seed)
+        runtime, names, lock = build(args.nodes, members, args.seed, args.drain)
         answer = explain_once(runtime)
         print(f"\n{members} members on {args.nodes} nodes: state {answer['state']}, "
               f"shortfall {(answer['shortfall'] or {}).get('reason')}")
