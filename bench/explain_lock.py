@@ -13,7 +13,9 @@ Measured, per members count:
 
 - ``hold``: the longest single hold of the mirror lock during one ``Engine.explain`` (what ``GET
   /explain`` computes) and one ``reporting.explained`` (the GangState publisher's call), recorded by
-  a wrapper around the lock that times its outermost acquire/release in the explaining thread;
+  a wrapper around the lock that times its outermost acquire/release in the explaining thread (its own
+  Python acquire/release adds about a microsecond per nested acquire: ``--copy-phase`` times the copy
+  with the plain lock);
 - ``filter``: the latency of ``Engine.filter`` for a plain pod with a cached signature and 500
   NodeNames (kube-scheduler's share at 5,000 nodes), called every 2 ms from the main thread, first
   alone, then while another thread runs explanations back to back.
@@ -21,6 +23,7 @@ Measured, per members count:
     .venv/bin/python bench/explain_lock.py [--nodes 5000] [--members 300 1000] [--seconds 5]
     .venv/bin/python bench/explain_lock.py --profile      # + cProfile of one explanation
     .venv/bin/python bench/explain_lock.py --drain        # the gang draining (max wait 0 s)
+    .venv/bin/python bench/explain_lock.py --copy-phase   # + explain's copy phase under the plain lock
 """
 
 from __future__ import annotations
@@ -175,6 +178,24 @@ def holds(runtime: Runtime, lock: TimedLock, samples: int) -> tuple[list[float],
     return explain_holds, publish_holds, walls
 
 
+def copy_phase(runtime: Runtime, lock: TimedLock, samples: int) -> list[float]:
+    """What ``GangLedger.explain`` does under the lock (facts, node records, ``ClusterMirror.capacity``),
+    timed with the plain RLock back in place (the wrapper's Python acquire/release costs about a
+    microsecond per nested acquire, and the copy phase takes the lock a few times per member), ms."""
+    gang = next(iter(runtime.mirror.find_gangs(NAMESPACE, "train")))
+    runtime.mirror.lock = runtime.ledger.lock = lock._inner
+    taken = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        with runtime.ledger.lock:
+            runtime.ledger.facts(gang)
+            list(runtime.mirror.nodes.values())
+            runtime.mirror.capacity(gang)
+        taken.append((time.perf_counter() - start) * 1e3)
+    runtime.mirror.lock = runtime.ledger.lock = lock  # type: ignore[assignment]
+    return taken
+
+
 def filters(runtime: Runtime, names: list[str], seconds: float, busy: bool) -> list[float]:
     """Filter latency (ms) of a cached plain pod every 2 ms for ``seconds``, with explanations running
     back to back in another thread when ``busy``."""
@@ -217,6 +238,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="of filters, alone and beside explanations [5]")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="cProfile one explanation per members count")
+    parser.add_argument("--copy-phase", action="store_true",
+                        help="also time explain's copy under the plain lock (needs ClusterMirror.capacity)")
     parser.add_argument("--drain", action="store_true",
                         help="a max wait of 0 s: the gang drains (its explanation also plans the drain's progress)")
     args = parser.parse_args()
@@ -234,6 +257,8 @@ def main() -> int:
         print(f"  lock hold, /explain      ms: {summary(explain_holds)}")
         print(f"  lock hold, publisher     ms: {summary(publish_holds)}")
         print(f"  /explain wall time       ms: {summary(walls)}")
+        if args.copy_phase:
+            print(f"  copy phase, plain lock   ms: {summary(copy_phase(runtime, lock, args.samples))}")
         print(f"  filter alone             ms: {summary(filters(runtime, names, args.seconds, busy=False))}")
         print(f"  filter beside explains   ms: {summary(filters(runtime, names, args.seconds, busy=True))}")
         runtime.close()
