@@ -3,8 +3,8 @@
 Owns: the subcommand's flags, one read-only ``GET /explain/<namespace>/<name>`` to the extender
 (``--url``, default http://127.0.0.1:8888), and printing the JSON answer readably (or as is with
 ``--json``). Exit codes: 0 found, 1 no such gang, 2 bad arguments or the extender cannot be reached.
-Must not: compute anything about the gang (the extender does, from its ledger and mirror under their
-lock: ``gangs.explanation``) or import Flask or the kubernetes client.
+Must not: compute anything about the gang (the extender does, from what its ledger and mirror copy
+under their lock: ``gangs.explanation``) or import Flask or the kubernetes client.
 """
 
 from __future__ import annotations

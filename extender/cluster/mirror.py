@@ -12,7 +12,7 @@ the point reads (``pod_by_uid``, ``pod_count``, ``member_count``, ``is_member``,
 ``own_reservation``, ``used``, ``node_set_generation``) do not take it. Callers that need several
 reads to be consistent, or any of the point reads consistent with other state, hold ``mirror.lock``
 around them. Records are immutable and may be kept after the lock is released; the per-node dicts
-returned by accessors are live and must be read under the lock.
+returned by accessors are live and must be read under the lock (``capacity``: a copy, for slow readers).
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
+from extender.cluster.capacity import Capacity, free_on, with_requests
 from extender.cluster.group_index import GroupIndex, ObjectKey
 from extender.cluster.groups import GroupMeta
 from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord
-from extender.cluster.quantity import CPU, Resources, add_into
+from extender.cluster.quantity import CPU, Resources
 from extender.cluster.records import node_record, pod_record
 from extender.cluster.reservations import Reservations, Slot
 
@@ -47,7 +48,7 @@ class ClusterMirror:
         self._pods: dict[str, PodRecord] = {}
         self._uid_by_key: dict[tuple[str, str], str] = {}
         self._assumed: dict[str, str] = {}  # uid -> node, for binds not yet seen in the watch
-        self._used: dict[str, Resources] = {}  # node -> requests of the non-terminal pods placed there
+        self._used: dict[str, Resources] = {}  # node -> requests of the pods placed there; replaced, never changed
         self._free_cpu: dict[str, int] = {}  # known node -> allocatable cpu less its _used cpu
         self._bound_gangs: set[GangKey] | None = None  # gangs a member of which another binder bound
         self._members: dict[GangKey, set[str]] = {}
@@ -131,7 +132,7 @@ class ClusterMirror:
     def _account(self, pod: PodRecord, sign: int) -> None:
         node = self._placement(pod)
         if node:
-            add_into(self._used.setdefault(node, {}), pod.requests, sign)
+            self._used[node] = with_requests(self._used.get(node), pod.requests, sign)  # a new dict (``Capacity``)
             if node in self._free_cpu:
                 self._free_cpu[node] -= sign * pod.requests.get(CPU, 0)
             self._touch(node)
@@ -371,17 +372,16 @@ class ClusterMirror:
     # ---------------------------------------------------------------------------------- capacity
     def free(self, node: str, for_gang: GangKey | None, *, include_own_reservation: bool = True,
              priority: int | None = None) -> Resources:
-        """Allocatable minus used minus reservations of gangs other than ``for_gang`` (a draining one only
-        for what is free beyond admitted reservations, and not for a pod of a higher ``priority`` than its
-        gang's: ``Reservations.take_from``; None: no pod in particular); ``include_own_reservation=False``
-        subtracts the gang's own reservation too (what is free outside it)."""
-        record = self.nodes[node]
-        free = dict(record.allocatable)
-        used = self._used.get(node)
-        if used:
-            add_into(free, used, -1)
-        self._reservations.take_from(free, node, for_gang, include_own_reservation, priority)
-        return free
+        """Allocatable less used less what reservations keep from ``for_gang`` (``Reservations.take_from``:
+        a draining one only beyond admitted ones, and not from a pod of higher ``priority``; None: any pod);
+        ``include_own_reservation=False`` subtracts the gang's own reservation too (what is free outside it)."""
+        return free_on(self.nodes[node], self._used.get(node), self._reservations, for_gang, include_own_reservation,
+                       priority)
+
+    def capacity(self, for_gang: GangKey | None) -> Capacity:
+        """What ``free(name, for_gang)`` would answer now, as a copy to read after the lock is released."""
+        with self.lock:
+            return Capacity(for_gang, dict(self._used), self._reservations.copy())
 
     def free_cpu_by_node(self, for_gang: GangKey | None) -> dict[str, int]:
         """Every node's ``free(node, for_gang).get("cpu", 0)`` at once, without building each node's free

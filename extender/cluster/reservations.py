@@ -101,6 +101,16 @@ class Reservations:
             consume_slot(slots, node, requests)
             self._resize(gang, slots)
 
+    def copy(self) -> Reservations:
+        """A copy that no later change reaches (its own ``touched`` does nothing): the per-node tables are
+        copied, the totals, slots and node sets they hold are never changed in place, only replaced."""
+        copied = Reservations(lambda _node: None)
+        copied._slots = dict(self._slots)
+        copied._on_node = {node: dict(by_gang) for node, by_gang in self._on_node.items()}
+        copied._nodes = dict(self._nodes)
+        copied._draining = dict(self._draining)
+        return copied
+
     # ---------------------------------------------------------------------------------- queries
     def slots(self, gang: GangKey) -> tuple[Slot, ...]:
         return self._slots.get(gang, ())

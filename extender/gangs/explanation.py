@@ -101,6 +101,7 @@ class GangFacts:
     template: str = ""
     topology: Mapping[str, Any] | None = None  # the constraint, the chosen domain, the best other domains
     order: Mapping[str, Any] | None = None  # its place in the admission order (``queue.order_view``)
+    draining: tuple[tuple[PodRecord, ...], tuple[NodeRecord, ...]] = ((), ())  # members, nodes (``drain_to_place``)
 
 
 def _state(facts: GangFacts, placed: int, holding: bool) -> str:
@@ -129,9 +130,22 @@ def _state(facts: GangFacts, placed: int, holding: bool) -> str:
     return "WaitingForCapacity"
 
 
+def _order(facts: GangFacts, free_of: Callable[[NodeRecord], Resources]) -> Mapping[str, Any] | None:
+    """The gang's place in the order, with how many of its members fit in its draining reservation now."""
+    order = facts.order
+    if not order or not order.get("draining"):
+        return order
+    members, nodes = facts.draining
+    fits = planner.plan(members, nodes, free_of, lambda node: free_of(node).get(CPU, 0))
+    drain = order["draining"]
+    return {**order, "draining": {"nodes": drain["nodes"], "members": drain["members"], "free": len(fits.slots),
+                                  "sinceSeconds": drain["sinceSeconds"]}}
+
+
 def explain(facts: GangFacts, nodes: Sequence[NodeRecord],
             free_of: Callable[[NodeRecord], Resources]) -> dict[str, Any]:
-    """The JSON-ready explanation of one gang (``GET /explain``, ``gang-extender explain``)."""
+    """The JSON-ready explanation of one gang (``GET /explain``, ``gang-extender explain``): pure, so the
+    ledger runs it after releasing the lock, with ``free_of`` reading a copy (``ClusterMirror.capacity``)."""
     policy = facts.policy
     min_count = policy.min_count if policy else None
     bound = [p for p in facts.members if p.bound]
@@ -147,6 +161,7 @@ def explain(facts: GangFacts, nodes: Sequence[NodeRecord],
         if chosen:
             shortfall = largest_shortfall(planner.plan(chosen, nodes, free_of), nodes, free_of)
     waiting = "" if state == "Complete" else (facts.never_fits or facts.message)
+    order = _order(facts, free_of)
     return {
         "gang": str(facts.gang),
         "kind": facts.gang.group.kind.value,
@@ -173,7 +188,7 @@ def explain(facts: GangFacts, nodes: Sequence[NodeRecord],
         "heldPods": sorted(p.name for p in held),
         "pendingPods": sorted(p.name for p in pending)[:50],
         **({"topology": dict(facts.topology)} if facts.topology else {}),  # only for a gang with a constraint
-        **({"order": dict(facts.order)} if facts.order else {}),  # only for a complete gang waiting its turn
+        **({"order": dict(order)} if order else {}),  # only for a complete gang waiting its turn
     }
 
 

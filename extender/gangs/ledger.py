@@ -378,7 +378,7 @@ class GangLedger(FilterGate):
                 backoff_in=max(state.backoff_until - now, 0.0), timeouts=state.timeouts, completed=state.completed,
                 message=state.last_message, never_fits=state.never_fits.message if state.never_fits else "",
                 api_version=meta.api_version if meta else "", template=meta.template if meta else "",
-                topology=topology_view, order=self.order_view(gang))
+                topology=topology_view, order=self.order_view(gang), draining=self.drain_to_place(gang))
 
     def _topology_view(self, gang: GangKey, policy: GangPolicy | None, members: tuple[PodRecord, ...],
                        state: GangState) -> dict[str, Any] | None:
@@ -388,8 +388,12 @@ class GangLedger(FilterGate):
         return explanation.topology_view(constraint, domain, state.other_domains)
 
     def explain(self, gang: GangKey) -> dict[str, Any]:
-        """The explanation of one gang (``GET /explain``), computed under the lock."""
+        """The explanation of one gang (``GET /explain``): its facts, the nodes and a copy of the free
+        capacity are taken in one short hold of the lock; the plan and the shortfall over every node, the
+        long part, run after it is released, so filters and binds do not wait for them."""
         with self.lock:
             facts = self.facts(gang)
-            return explanation.explain(facts, list(self.mirror.nodes.values()), self._free_for(gang))
+            nodes = list(self.mirror.nodes.values())
+            capacity = self.mirror.capacity(gang)
+        return explanation.explain(facts, nodes, capacity.free)
 

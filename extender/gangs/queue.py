@@ -323,12 +323,20 @@ class GangQueue(GangExpiry):
         return None
 
     def _drain_progress(self, state: GangState) -> dict[str, Any]:
-        """How much of a draining reservation has freed up: the members that fit in it now."""
+        """A draining reservation: its nodes, how many members it is for, since when. How many fit in it
+        now is planned by ``explanation.explain`` after the lock is released, from ``drain_to_place``."""
         slots = self.mirror.reserved_slots(state.gang)
-        nodes = {name for name, _ in slots}
-        free = self._free_for(state.gang)
-        members = [p for p in self.mirror.members(state.gang) if not self.mirror.placement(p.uid)][:len(slots)]
-        fits = planner.plan(members, [self.mirror.nodes[n] for n in sorted(nodes) if n in self.mirror.nodes],
-                            free, lambda node: free(node).get(CPU, 0))
-        return {"nodes": sorted(nodes)[:20], "members": len(slots), "free": len(fits.slots),
+        return {"nodes": sorted({name for name, _ in slots})[:20], "members": len(slots),
                 "sinceSeconds": round(self.clock() - (state.drain_since or self.clock()), 1)}
+
+    def drain_to_place(self, gang: GangKey) -> tuple[tuple[PodRecord, ...], tuple[NodeRecord, ...]]:
+        """For ``explain``: the unplaced members a draining reservation is for (as many as its slots) and
+        the nodes it holds places on; empty when the gang is not draining."""
+        with self.lock:
+            state = self._gangs.get(gang)
+            if state is None or state.drain != DRAINING:
+                return (), ()
+            slots = self.mirror.reserved_slots(gang)
+            nodes = sorted({name for name, _ in slots})
+            members = [p for p in self.mirror.members(gang) if not self.mirror.placement(p.uid)][:len(slots)]
+            return tuple(members), tuple(self.mirror.nodes[n] for n in nodes if n in self.mirror.nodes)

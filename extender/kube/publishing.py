@@ -68,9 +68,9 @@ class ExplainPublisher(Generic[Key]):
 
     def round(self) -> int:
         """One round: from where the last one stopped, explain gangs until ``budget`` seconds of
-        explaining (each one holds the mirror's lock while it is computed: the budget bounds what the
-        round takes from the verbs) or ``per_round`` writes are spent, writing those that changed;
-        gangs no longer known are forgotten. Returns the number of Events written."""
+        explaining (each one holds the mirror's lock only to copy the gang's facts, then takes CPU from
+        the verbs while it is computed: the budget bounds that) or ``per_round`` writes are spent, writing
+        those that changed; gangs no longer known are forgotten. Returns the number of Events written."""
         keys = list(self._keys())
         known = set(keys)
         self._last = {k: v for k, v in self._last.items() if k in known}

@@ -119,7 +119,7 @@ def gang_target(mirror: ClusterMirror, gang: GangKey) -> dict[str, str] | None:
 def explained(ledger: GangLedger, mirror: ClusterMirror, gang: GangKey,
               now: Callable[[], float] = time.time) -> Published | None:
     """The published form of ``gang`` and the object it goes on (None: it has neither a group object
-    nor a member), computed under the lock (``ledger.explain``)."""
+    nor a member), computed from facts copied under the lock (``ledger.explain``)."""
     target = gang_target(mirror, gang)
     if target is None:
         return None

@@ -15,14 +15,17 @@ from typing import Any
 import pytest
 
 from extender import cli, explain
-from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord
+from extender.cluster.model import PASS, GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord
 from extender.cluster.records import pod_record
 from extender.config import Settings
 from extender.gangs import explanation, planner
 from extender.wiring.composition import from_snapshot
 from extender.wiring.discovery import GroupWatches
+from extender.wiring.reporting import explained
 from tests.builders import Harness, filter_args, make_engine, node, pod
 from tests.unit.test_engine import Binds, wait_until
+from tests.unit.test_order import NODES as ORDER_NODES
+from tests.unit.test_order import World
 
 NODES = ["n1", "n2", "n3"]
 
@@ -81,6 +84,67 @@ def test_gang_that_never_fits_names_the_largest_shortfall(h: Harness) -> None:
     # 4 members of cpu=3 on three 4-cpu nodes: 3 fit, 1 cpu is left on each node, the fourth needs 3.
     assert answer["shortfall"] == {"resource": "cpu", "amount": "cpu=2", "scope": "node",
                                    "reason": "enough in total, but no node has cpu=3 free for one member"}
+
+
+@pytest.mark.parametrize("entry", ["GET /explain", "GangState publisher"])
+def test_a_filter_is_answered_while_an_explanation_computes_its_shortfall(
+        h: Harness, monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    """An explanation holds the mirror lock only to copy what it needs: a filter from another thread is
+    answered while it plans the gang and looks for the shortfall (the slow part, over every node). Were
+    the lock held for the whole explanation, the filter would wait for it to end."""
+    members = [member(i) for i in range(4)]
+    h.add(*members)
+    assert not h.engine.filter(filter_args(members[0], NODES)).feasible
+    real, answered = explanation.largest_shortfall, []
+
+    def shortfall_beside_a_filter(*args: Any) -> explanation.Shortfall | None:
+        done = threading.Event()
+        plain = pod("plain", cpu="1")
+        threading.Thread(target=lambda: (h.engine.filter(filter_args(plain, NODES)), done.set()), daemon=True).start()
+        answered.append(done.wait(2.0))
+        return real(*args)
+
+    monkeypatch.setattr(explanation, "largest_shortfall", shortfall_beside_a_filter)
+    if entry == "GET /explain":
+        (answer,) = h.engine.explain("ml", "train")
+    else:
+        published = explained(h.ledger, h.mirror, h.mirror.find_gangs("ml", "train")[0])
+        assert published is not None
+        answer = published.value
+    assert answered == [True]
+    assert answer["shortfall"]["scope"] == "node"
+
+
+def test_a_draining_gangs_progress_is_planned_outside_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """How many members fit in a draining reservation now (a plan over its nodes) is computed, like the
+    shortfall, after the explanation releases the mirror lock: another thread takes it during each plan."""
+    w = World(max_wait=60)
+    for name in ORDER_NODES:
+        w.running(f"hog-{name}", "2", name)
+    big, big_policy, _ = w.gang("big", 4, "3")
+    assert w.ledger.admission(big, big_policy) != PASS
+    w.clock.advance(61)
+    w.ledger.sweep()
+    real, explaining, lock_free = planner.plan, threading.current_thread(), []
+
+    def plan_while_another_thread_takes_the_lock(*args: Any, **kwargs: Any) -> planner.Plan:
+        if threading.current_thread() is explaining:
+            taken = []
+
+            def take() -> None:
+                if w.mirror.lock.acquire(timeout=2.0):
+                    w.mirror.lock.release()
+                    taken.append(True)
+            thread = threading.Thread(target=take)
+            thread.start()
+            thread.join()
+            lock_free.append(bool(taken))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "plan", plan_while_another_thread_takes_the_lock)
+    answer = w.ledger.explain(big)
+    assert answer["state"] == "Draining" and answer["order"]["draining"]["free"] == 0  # 2 of 4 cpu free, 3 asked
+    assert lock_free == [True, True]  # the shortfall, then the drain's progress
 
 
 def test_gang_waiting_for_capacity_names_the_cluster_shortfall(h: Harness) -> None:
