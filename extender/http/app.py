@@ -35,6 +35,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     settings = settings or (runtime.settings if runtime else Settings())
     runtime = runtime or build(settings)
     app = Flask("gang_extender")
+    app.url_map.merge_slashes = False  # "/explain/a//b" (a name with an encoded "/") is a 404, not a redirect
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     recorder = RequestRecorder(settings.record_file, settings.record_max_bytes) if settings.record_file else None
     app.extensions["gang_extender"] = Extension(runtime, Metrics(runtime), recorder)

@@ -307,3 +307,12 @@ def test_explain_with_hostile_path_and_query(app: Flask | None, namespace: str, 
     reply = app.test_client().get(path, query_string=query)
     assert reply.status_code in (200, 404), (path, reply.status_code, reply.get_data()[:300])
     assert reply.content_type.startswith("application/json") and isinstance(reply.get_json(), dict)
+
+
+def test_explain_of_a_name_with_a_slash_is_a_json_404(app: Flask | None) -> None:
+    """Found by test_explain_with_hostile_path_and_query: ``/explain/0/%2F0`` was answered with an HTML 308
+    (werkzeug merged the decoded "//"); no Kubernetes name holds a "/", so it is a 404 like any unknown gang."""
+    if app is None:
+        pytest.skip("checked with the test client")
+    reply = app.test_client().get("/explain/0/%2F0")
+    assert reply.status_code == 404 and reply.content_type.startswith("application/json"), reply.get_data()[:200]
