@@ -24,6 +24,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from extender.cluster.capacity import Capacity, free_on, with_requests
+from extender.cluster.cpu_order import CpuOrder
 from extender.cluster.group_index import GroupIndex, ObjectKey
 from extender.cluster.groups import GroupMeta
 from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord
@@ -55,6 +56,8 @@ class ClusterMirror:
         self._tried: dict[str, GangKey] = {}  # unbound gang members kube-scheduler found no node for
         self._groups = GroupIndex()  # group objects, the gang policies they define, their changes
         self._reservations = Reservations(self._touch)  # what admitted gangs hold for members to come
+        self._order = CpuOrder(lambda node, gang: None if node not in self._free_cpu else
+                               self._reservations.cpu_left(node, self._free_cpu[node], gang))
         self.rejected_objects = 0  # objects too malformed to mirror (counted, logged by the caller)
 
     # ----------------------------------------------------------------------------------- changes
@@ -62,6 +65,7 @@ class ClusterMirror:
         self.generation += 1
         self._node_generation[node] = self.generation
         self._changes.append((self.generation, node))
+        self._order.stale(node)
 
     def changed_since(self, generation: int) -> set[str] | None:
         """Nodes changed after ``generation``; None if the change log no longer reaches back that far."""
@@ -392,6 +396,11 @@ class ClusterMirror:
                 if name in cpu:
                     cpu[name] = self._reservations.cpu_left(name, cpu[name], for_gang)
             return cpu
+
+    def nodes_by_free_cpu(self, for_gang: GangKey | None, least: int) -> Iterator[str]:
+        """Node names in the order of ``free_cpu_by_node(for_gang)`` (cpu, then name), from ``least`` cpu up;
+        call and consume it under the lock."""
+        return self._order.walk(for_gang, self._reservations.nodes(for_gang) if for_gang is not None else (), least)
 
     def own_reservation(self, node: str, gang: GangKey) -> Resources | None:
         return self._reservations.on(node).get(gang)

@@ -60,6 +60,7 @@ class Reservations:
         order)."""
         kept = tuple((node, dict(requests)) for node, requests in slots)
         totals = {node: amount for node, amount in per_node(kept).items() if amount}
+        was_draining, before = self._draining.get(gang), self._nodes.get(gang, frozenset())
         for node in self._nodes.get(gang, frozenset()).difference(totals):
             by_gang = self._on_node[node]
             del by_gang[gang]
@@ -81,6 +82,9 @@ class Reservations:
             self._draining[gang] = priority
         else:
             self._draining.pop(gang, None)
+        if self._draining.get(gang) != was_draining:  # what other gangs see changed on every node of it
+            for node in before.union(totals):
+                self._touched(node)
 
     def _resize(self, gang: GangKey, slots: Iterable[Slot]) -> None:
         """``replace`` keeping whether the reservation drains, and for which priority."""

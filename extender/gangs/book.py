@@ -211,7 +211,8 @@ class GangBook:
         return lambda node: self.mirror.free(node.name, gang)
 
     def _free_cpu_for(self, gang: GangKey) -> planner.FreeCpu:
-        return planner.FreeCpu(self.mirror.free_cpu_by_node(gang))
+        return planner.FreeCpu(self.mirror.free_cpu_by_node(gang),
+                               lambda least: self.mirror.nodes_by_free_cpu(gang, least), self.mirror.nodes)
 
     # -------------------------------------------------------------------------- shared steps
     def _reset(self, state: GangState) -> None:

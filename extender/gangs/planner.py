@@ -88,7 +88,7 @@ def plan(members: Sequence[PodRecord], nodes: Iterable[NodeRecord],
         cpu_of = free_cpu or (lambda node: free_of(node).get(CPU, 0))
         start_cpu = {node.name: cpu_of(node) for node in node_list}
     shapes = _shapes(members)
-    order = _ByFreeCpu(node_list, start_cpu, min((s.requests.get(CPU, 0) for s in shapes), default=0))
+    order = _Walked(_order(node_list, start_cpu, min((s.requests.get(CPU, 0) for s in shapes), default=0)))
     free = _FreeView(free_of, start_cpu)
     slots: list[tuple[str, Resources]] = []
     unplaced: list[PodRecord] = []
@@ -118,31 +118,50 @@ def plan(members: Sequence[PodRecord], nodes: Iterable[NodeRecord],
 
 class FreeCpu(dict[str, int]):
     """Free cpu by node name, also callable as ``free_cpu(node)``: ``plan`` reads it as it is instead
-    of calling it once per node."""
+    of calling it once per node. ``ordered(least)``, when given, yields the names of every node with at
+    least ``least`` free cpu (all of them when ``least`` <= 0) in (free cpu, name) order, and ``records``
+    finds their records: a plan over every node then walks that order instead of sorting all of them."""
+
+    ordered: Callable[[int], Iterator[str]] | None = None
+    records: Mapping[str, NodeRecord] = {}
+
+    def __init__(self, cpu: Mapping[str, int], ordered: Callable[[int], Iterator[str]] | None = None,
+                 records: Mapping[str, NodeRecord] | None = None) -> None:
+        super().__init__(cpu)
+        if ordered is not None and records is not None:
+            self.ordered, self.records = ordered, records
 
     def __call__(self, node: NodeRecord) -> int:
         return self[node.name]
 
 
-class _ByFreeCpu:
-    """The nodes by free cpu, then name, sorted only as far as they are walked: a gang that fits the
-    first few nodes does not pay for ordering thousands (a heap; the order walked is cached so every
-    shape walks it from the start). Nodes with less free cpu than ``least`` (the smallest member's)
-    are left out: no member could go there, and full nodes would come first."""
+def _order(nodes: Sequence[NodeRecord], start_cpu: Mapping[str, int], least: int) -> Iterator[NodeRecord]:
+    """The nodes by free cpu, then name; nodes with less free cpu than ``least`` (the smallest member's)
+    are left out: no member could go there, and full nodes would come first. From the caller's index
+    when ``start_cpu`` has one and the plan is over every node it knows; otherwise a heap, ordered only
+    as far as it is walked (a gang that fits the first few nodes does not pay for ordering thousands)."""
+    if isinstance(start_cpu, FreeCpu) and start_cpu.ordered is not None and len(nodes) == len(start_cpu):
+        records = start_cpu.records
+        yield from (records[name] for name in start_cpu.ordered(least))
+        return
+    heap = [(cpu, node.name, i) for i, node in enumerate(nodes) if (cpu := start_cpu[node.name]) >= least or least <= 0]
+    heapq.heapify(heap)
+    while heap:
+        yield nodes[heapq.heappop(heap)[2]]
 
-    __slots__ = ("_heap", "_nodes", "_walked")
 
-    def __init__(self, nodes: Sequence[NodeRecord], start_cpu: Mapping[str, int], least: int) -> None:
-        self._nodes = nodes
-        self._heap = [(cpu, node.name, i) for i, node in enumerate(nodes)
-                      if (cpu := start_cpu[node.name]) >= least or least <= 0]
-        heapq.heapify(self._heap)
+class _Walked:
+    """An order walked only once, and from the start by every shape: the nodes reached are kept."""
+
+    __slots__ = ("_source", "_walked")
+
+    def __init__(self, source: Iterator[NodeRecord]) -> None:
+        self._source = source
         self._walked: list[NodeRecord] = []
 
     def __iter__(self) -> Iterator[NodeRecord]:
-        yield from self._walked  # the nodes ordered so far, then more from the heap
-        while self._heap:
-            node = self._nodes[heapq.heappop(self._heap)[2]]
+        yield from self._walked  # the nodes ordered so far, then more from the source
+        for node in self._source:
             self._walked.append(node)
             yield node
 

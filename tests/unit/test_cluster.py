@@ -345,3 +345,60 @@ def test_free_cpu_by_node_follows_every_change(ops: list[tuple[str, int, int, in
         elif op == "forget":
             m.forget(uid)
         assert m.free_cpu_by_node(None) == {nm: m.free(nm, None).get("cpu", 0) for nm in m.nodes}
+
+
+RESERVING = st.lists(st.tuples(
+    st.sampled_from(["node", "drop-node", "pod", "drop-pod", "assume", "forget", "reserve", "drain", "trim", "use"]),
+    st.integers(0, 3), st.integers(0, 5), st.integers(0, 3)), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(RESERVING)
+def test_nodes_by_free_cpu_is_the_sorted_order_of_free_cpu_by_node(ops: list[tuple[str, int, int, int]]) -> None:
+    """The admission order kept as nodes, pods and reservations (admitted and draining) change is always
+    what sorting ``free_cpu_by_node`` gives, for a gang with no reservation and for gangs with one."""
+    m = ClusterMirror()
+    gangs = [GangKey(GroupRef(GroupKind.COSCHEDULING, "default", g)) for g in ("a", "b")]
+    for op, n, p, cpu in ops:
+        name, uid, gang = f"n{n}", f"u{p}", gangs[p % 2]
+        if op == "node":
+            m.upsert_node(node(name, cpu=str(cpu + 1)))
+        elif op == "drop-node":
+            m.delete_node(name)
+        elif op == "pod":
+            m.upsert_pod(pod(f"p{p}", uid=uid, cpu=f"{cpu * 300}m", node=name if cpu else None))
+        elif op == "drop-pod":
+            m.delete_pod(uid)
+        elif op == "assume" and m.pod_by_uid(uid) is not None:
+            m.assume(uid, name)
+        elif op == "forget":
+            m.forget(uid)
+        elif op in ("reserve", "drain"):  # a reservation, or the same slots turned draining (or back)
+            slots = [(f"n{(n + i) % 4}", {"cpu": 500 * (cpu + 1)}) for i in range(p % 3 + 1)]
+            m.reserve(gang, slots, draining=op == "drain", priority=cpu)
+        elif op == "trim":
+            m.trim_reservation(gang, cpu)
+        elif op == "use":
+            m.use_reservation(gang, name, {"cpu": 500 * (cpu + 1)})
+        for for_gang in (None, *gangs):
+            free = m.free_cpu_by_node(for_gang)
+            for least in (0, 1, 1000, 2500):
+                want = [nm for cpu_, nm in sorted((c, nm) for nm, c in free.items()) if least <= 0 or cpu_ >= least]
+                assert list(m.nodes_by_free_cpu(for_gang, least)) == want, (for_gang, least, free)
+
+
+def test_a_reservation_turned_draining_reorders_its_nodes() -> None:
+    """The same slots, admitted then draining: what other gangs see on the node changes (a drain takes
+    only what is free), though no total changed, so the order (and the node's generation) follows."""
+    m = ClusterMirror()
+    gang = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "g"))
+    m.upsert_node(node("x-busy", cpu="4"))
+    m.upsert_node(node("a-full", cpu="1"))
+    m.upsert_pod(pod("p", uid="u", cpu="3", node="x-busy"))
+    m.upsert_pod(pod("q", uid="v", cpu="1", node="a-full"))
+    m.reserve(gang, [("x-busy", {"cpu": 2000})])
+    assert list(m.nodes_by_free_cpu(None, 0)) == ["x-busy", "a-full"]  # -1000, then 0
+    generation = m.generation
+    m.reserve(gang, [("x-busy", {"cpu": 2000})], draining=True)
+    assert m.free_cpu_by_node(None) == {"x-busy": 0, "a-full": 0}
+    assert list(m.nodes_by_free_cpu(None, 0)) == ["a-full", "x-busy"] and m.generation > generation

@@ -139,6 +139,12 @@ def test_plan_matches_the_reference(cluster: tuple[list[NodeRecord], dict[str, R
     assert plan(members, nodes, lambda node: free[node.name]) == expected  # no cheap key given
     by_name = FreeCpu({n.name: free[n.name].get("cpu", 0) for n in nodes})
     assert plan(members, nodes, lambda node: free[node.name], by_name) == expected  # the key as a mapping
+    keys = sorted((cpu, name) for name, cpu in by_name.items())
+    indexed = FreeCpu(by_name, lambda least: iter([n for c, n in keys if least <= 0 or c >= least]),
+                      {n.name: n for n in nodes})
+    assert plan(members, nodes, lambda node: free[node.name], indexed) == expected  # the order from an index
+    assert plan(members, nodes[1:], lambda node: free[node.name], indexed) == reference_plan(
+        members, nodes[1:], lambda node: free[node.name])  # a subset of the nodes: the index is not used
     assert all(free[n.name] == dict(free[n.name]) for n in nodes)  # the caller's dicts are not modified
 
 
