@@ -4,17 +4,21 @@ stay on their loopback port.
 Owns: a plain-HTTP server on its own thread that answers ``GET /metrics`` (the app's registry, the text
 format) and nothing else: any other path is 404 and any other method 501, so no verb, ``/explain`` or
 probe is reachable through it. At most ``slots`` connections are served at once, one request each, then
-closed; a request is given up after ``timeout`` without a byte, a reply after ``timeout`` in all. A
+closed; a request is given up after ``timeout`` in all (its reading side is shut then, however slowly
+its bytes still come), a reply after ``timeout`` in all. A
 connection beyond the slots is closed at once, so a flood of scrapers costs this listener's few threads
 and never the verbs' workers. The registry is collected at most once per ``reuse_seconds`` (a scrape
-within that of the last one gets its text again), so scrapes cannot run the collectors more often.
+within that of the last one gets its text again), so scrapes cannot run the collectors more often. A
+client that hangs up or stalls is logged at debug level, not as a traceback on stderr.
 Must not: serve anything but the registry, or change any state.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -90,10 +94,28 @@ class MetricsListener(ThreadingHTTPServer):
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        deadline = threading.Timer(self.RequestHandlerClass.timeout, _stop_reading, (request,))  # type: ignore[attr-defined]
+        deadline.daemon = True
+        deadline.start()
         try:
             super().process_request_thread(request, client_address)
         finally:
+            deadline.cancel()
             self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection error (reset, timeout) at debug level; anything else (a collector failing) as a warning."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            log.debug("metrics listener: %s: %s", client_address, error)
+        else:
+            log.warning("metrics listener: serving %s failed", client_address, exc_info=True)
+
+
+def _stop_reading(request: socket.socket) -> None:
+    """The request's time is up: shut the connection's reading side, so a read blocked on it returns at once."""
+    with contextlib.suppress(OSError):  # already closed
+        request.shutdown(socket.SHUT_RD)
 
 
 def start(host: str, port: int, registry: CollectorRegistry, slots: int = SLOTS,

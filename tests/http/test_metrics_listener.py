@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import struct
 import time
 import urllib.request
 from pathlib import Path
@@ -116,3 +117,50 @@ def test_a_live_server_serves_metrics_there_and_verbs_only_on_its_port(tmp_path:
         assert ask(metrics_port, "GET", "/readyz")[0] == 404
     assert "serving GET /metrics only on http://127.0.0.1:" in live.log_path.read_text(), live.log_tail()
     assert "Traceback" not in live.log_path.read_text(), live.log_tail()
+
+
+def test_clients_trickling_a_request_do_not_hold_the_slots_past_the_timeout(
+        listener: metrics_listener.MetricsListener) -> None:
+    """The timeout bounds a request in all, not each gap between its bytes: four clients that send a
+    header byte every half second (each gap well within the 1 s timeout) are cut off after about a
+    second, and a scrape is answered. Were the timeout per gap, they would hold every slot for as long
+    as they trickle (hours: a request line and headers may be 6 MiB), and every scrape would be closed."""
+    port = listener.server_address[1]
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+    for sock in held:
+        sock.sendall(b"GET /metrics HTTP/1.0\r\nX-Slow: ")
+    started, cut = time.monotonic(), 0
+    while time.monotonic() - started < 4 and cut < len(held):
+        time.sleep(0.5)
+        for sock in held:
+            try:
+                sock.sendall(b"a")
+            except OSError:
+                cut += 1
+    try:
+        assert ask(port, "GET", "/metrics")[0] == 200  # within 4 s of trickling
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_client_that_resets_is_not_logged_as_a_traceback(capfd: pytest.CaptureFixture[str]) -> None:
+    """A scraper that hangs up before its reply is a network event, not an error: nothing on stderr.
+    socketserver's default prints a traceback for each such connection, so anyone who can reach the
+    pod IP could write ~1.5 kB of stderr per connection (hundreds of them a second)."""
+    registry = CollectorRegistry()
+    Counter("gang_extender_probe", "a test counter", registry=registry)
+    server = metrics_listener.start("127.0.0.1", 0, registry, slots=4, timeout=1.0)
+    port = server.server_address[1]
+    try:
+        for _ in range(20):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            sock.close()  # a reset: the reply meets a closed connection
+        time.sleep(0.5)
+        assert ask(port, "GET", "/metrics")[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "Traceback" not in capfd.readouterr().err

@@ -22,5 +22,5 @@ def test_no_tracked_file_has_conflict_markers() -> None:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             continue
-        found += [f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0).strip()}" for m in MARKER.finditer(text)]
+        found += [f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}" for m in MARKER.finditer(text)]
     assert not found, "unresolved merge:\n" + "\n".join(found)
