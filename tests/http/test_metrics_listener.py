@@ -11,9 +11,11 @@ import http.client
 import json
 import socket
 import struct
+import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
@@ -75,20 +77,64 @@ def test_scrapes_within_a_second_reuse_the_last_collection() -> None:
         server.server_close()
 
 
-def test_a_fifth_connection_is_closed_while_four_hold_the_slots(listener: metrics_listener.MetricsListener) -> None:
+def test_a_fifth_connection_takes_the_slot_of_the_oldest_one_that_said_nothing(
+        listener: metrics_listener.MetricsListener) -> None:
+    """Four connections that send nothing hold the slots; a scrape arriving then cuts the oldest of them and
+    is answered (were it closed instead, four idle clients reconnecting every timeout would keep every
+    scrape out); the rest are given up after their 1 s timeout."""
     port = listener.server_address[1]
     held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
-    time.sleep(0.2)  # accepted, each on its thread, waiting for a request line
-    extra = socket.create_connection(("127.0.0.1", port), timeout=10)
-    extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
-    assert extra.recv(100) == b""  # closed without a reply
-    extra.close()
-    started = time.monotonic()
-    for sock in held:  # the listener gives up on each after its 1 s timeout
-        assert sock.recv(100) == b""
-        sock.close()
-    assert time.monotonic() - started < 5
+    try:
+        time.sleep(0.2)  # accepted, each on its thread, waiting for a request line
+        status, body = ask(port, "GET", "/metrics")
+        assert status == 200 and b"gang_extender_probe_total 3.0" in body
+        assert held[0].recv(100) == b""  # the oldest, cut at once
+        started = time.monotonic()
+        for sock in held[1:]:  # the listener gives up on each after its 1 s timeout
+            assert sock.recv(100) == b""
+        assert time.monotonic() - started < 5
+    finally:
+        for sock in held:
+            sock.close()
     assert ask(port, "GET", "/metrics")[0] == 200
+
+
+def test_a_fifth_connection_is_closed_while_four_are_being_answered() -> None:
+    """A connection whose request has arrived is not cut for another: while four scrapes are being answered
+    (their collection held up here), a fifth connection is closed without a reply; the four are answered."""
+    collecting, release = threading.Event(), threading.Event()
+
+    class Slow:
+        def collect(self) -> list[Any]:
+            collecting.set()
+            release.wait(10)
+            return []
+
+    registry = CollectorRegistry()
+    registry.register(Slow())  # type: ignore[arg-type]
+    server = metrics_listener.start("127.0.0.1", 0, registry, slots=4, timeout=5.0, reuse_seconds=0.0)
+    port = server.server_address[1]
+    replies: list[int] = []
+    scrapes = [threading.Thread(target=lambda: replies.append(ask(port, "GET", "/metrics")[0])) for _ in range(4)]
+    try:
+        for scrape in scrapes:
+            scrape.start()
+        assert collecting.wait(5)
+        time.sleep(0.3)  # the other three wait for the collection, their requests read
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            assert extra.recv(100) == b""  # closed without a reply
+        finally:
+            extra.close()
+        release.set()
+        for scrape in scrapes:
+            scrape.join(10)
+        assert replies == [200] * 4
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize(("address", "expected"), [("", None), ("0.0.0.0:9090", ("0.0.0.0", 9090)),
