@@ -85,6 +85,9 @@ class MetricsListener(ThreadingHTTPServer):
     so clients that connect and say nothing cannot keep a scraper out."""
 
     daemon_threads = True
+    # gunicorn's reload (SIGHUP) boots the new worker while the old one drains its held binds: the new
+    # listener binds beside the old one (same user only) instead of failing the worker's boot.
+    allow_reuse_port = True
 
     def __init__(self, address: tuple[str, int], handler: type[_Handler], slots: int) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET

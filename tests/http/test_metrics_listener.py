@@ -210,3 +210,23 @@ def test_a_client_that_resets_is_not_logged_as_a_traceback(capfd: pytest.Capture
         server.shutdown()
         server.server_close()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_new_worker_binds_while_the_old_one_still_listens() -> None:
+    """gunicorn's reload (SIGHUP) boots the new worker before the old one has drained (held binds keep it
+    up to graceful_timeout): the new worker's listener must bind the port the old one still holds, or the
+    worker fails to boot and gunicorn shuts down altogether (seen live: "Worker failed to boot" after a
+    HUP with a bind held at its barrier)."""
+    registry = CollectorRegistry()
+    old = metrics_listener.start("127.0.0.1", 0, registry, timeout=1.0)
+    port = old.server_address[1]
+    try:
+        new = metrics_listener.start("127.0.0.1", port, registry, timeout=1.0)
+    finally:
+        old.shutdown()
+        old.server_close()
+    try:
+        assert ask(port, "GET", "/metrics")[0] == 200  # the new one serves once the old one is gone
+    finally:
+        new.shutdown()
+        new.server_close()
