@@ -188,3 +188,12 @@ def test_metrics_values_render_the_listener_its_service_and_podmonitor(helm_bin:
     assert "ports" not in hc.pod_spec(off)["initContainers"][0] and hc.by_kind(off, "Service") == []
     refused = hc.template(helm_bin, sets=["metrics.enabled=false", "metrics.podMonitor.enabled=true"], check=False)
     assert refused.returncode != 0 and "metrics.podMonitor.enabled needs metrics.enabled" in refused.stderr
+
+
+def test_a_metrics_port_the_extender_would_refuse_is_refused_at_render(helm_bin: Path) -> None:
+    """``gang-extender serve`` exits when --metrics-address has the verbs' port (config._serving_problems):
+    the chart says so at install time rather than rendering a pod that crash-loops."""
+    for sets in (["metrics.port=8888"], ["extender.port=9191", "metrics.port=9191"]):
+        refused = hc.template(helm_bin, sets=sets, check=False)
+        assert refused.returncode != 0 and "metrics.port must differ from extender.port" in refused.stderr, sets
+    assert hc.rendered(helm_bin, sets=["metrics.enabled=false", "metrics.port=8888"])  # no listener: no clash

@@ -10,9 +10,12 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import struct
+import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
@@ -74,20 +77,64 @@ def test_scrapes_within_a_second_reuse_the_last_collection() -> None:
         server.server_close()
 
 
-def test_a_fifth_connection_is_closed_while_four_hold_the_slots(listener: metrics_listener.MetricsListener) -> None:
+def test_a_fifth_connection_takes_the_slot_of_the_oldest_one_that_said_nothing(
+        listener: metrics_listener.MetricsListener) -> None:
+    """Four connections that send nothing hold the slots; a scrape arriving then cuts the oldest of them and
+    is answered (were it closed instead, four idle clients reconnecting every timeout would keep every
+    scrape out); the rest are given up after their 1 s timeout."""
     port = listener.server_address[1]
     held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
-    time.sleep(0.2)  # accepted, each on its thread, waiting for a request line
-    extra = socket.create_connection(("127.0.0.1", port), timeout=10)
-    extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
-    assert extra.recv(100) == b""  # closed without a reply
-    extra.close()
-    started = time.monotonic()
-    for sock in held:  # the listener gives up on each after its 1 s timeout
-        assert sock.recv(100) == b""
-        sock.close()
-    assert time.monotonic() - started < 5
+    try:
+        time.sleep(0.2)  # accepted, each on its thread, waiting for a request line
+        status, body = ask(port, "GET", "/metrics")
+        assert status == 200 and b"gang_extender_probe_total 3.0" in body
+        assert held[0].recv(100) == b""  # the oldest, cut at once
+        started = time.monotonic()
+        for sock in held[1:]:  # the listener gives up on each after its 1 s timeout
+            assert sock.recv(100) == b""
+        assert time.monotonic() - started < 5
+    finally:
+        for sock in held:
+            sock.close()
     assert ask(port, "GET", "/metrics")[0] == 200
+
+
+def test_a_fifth_connection_is_closed_while_four_are_being_answered() -> None:
+    """A connection whose request has arrived is not cut for another: while four scrapes are being answered
+    (their collection held up here), a fifth connection is closed without a reply; the four are answered."""
+    collecting, release = threading.Event(), threading.Event()
+
+    class Slow:
+        def collect(self) -> list[Any]:
+            collecting.set()
+            release.wait(10)
+            return []
+
+    registry = CollectorRegistry()
+    registry.register(Slow())  # type: ignore[arg-type]
+    server = metrics_listener.start("127.0.0.1", 0, registry, slots=4, timeout=5.0, reuse_seconds=0.0)
+    port = server.server_address[1]
+    replies: list[int] = []
+    scrapes = [threading.Thread(target=lambda: replies.append(ask(port, "GET", "/metrics")[0])) for _ in range(4)]
+    try:
+        for scrape in scrapes:
+            scrape.start()
+        assert collecting.wait(5)
+        time.sleep(0.3)  # the other three wait for the collection, their requests read
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            assert extra.recv(100) == b""  # closed without a reply
+        finally:
+            extra.close()
+        release.set()
+        for scrape in scrapes:
+            scrape.join(10)
+        assert replies == [200] * 4
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize(("address", "expected"), [("", None), ("0.0.0.0:9090", ("0.0.0.0", 9090)),
@@ -116,3 +163,70 @@ def test_a_live_server_serves_metrics_there_and_verbs_only_on_its_port(tmp_path:
         assert ask(metrics_port, "GET", "/readyz")[0] == 404
     assert "serving GET /metrics only on http://127.0.0.1:" in live.log_path.read_text(), live.log_tail()
     assert "Traceback" not in live.log_path.read_text(), live.log_tail()
+
+
+def test_clients_trickling_a_request_do_not_hold_the_slots_past_the_timeout(
+        listener: metrics_listener.MetricsListener) -> None:
+    """The timeout bounds a request in all, not each gap between its bytes: four clients that send a
+    header byte every half second (each gap well within the 1 s timeout) are cut off after about a
+    second, and a scrape is answered. Were the timeout per gap, they would hold every slot for as long
+    as they trickle (hours: a request line and headers may be 6 MiB), and every scrape would be closed."""
+    port = listener.server_address[1]
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+    for sock in held:
+        sock.sendall(b"GET /metrics HTTP/1.0\r\nX-Slow: ")
+    started, cut = time.monotonic(), 0
+    while time.monotonic() - started < 4 and cut < len(held):
+        time.sleep(0.5)
+        for sock in held:
+            try:
+                sock.sendall(b"a")
+            except OSError:
+                cut += 1
+    try:
+        assert ask(port, "GET", "/metrics")[0] == 200  # within 4 s of trickling
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_client_that_resets_is_not_logged_as_a_traceback(capfd: pytest.CaptureFixture[str]) -> None:
+    """A scraper that hangs up before its reply is a network event, not an error: nothing on stderr.
+    socketserver's default prints a traceback for each such connection, so anyone who can reach the
+    pod IP could write ~1.5 kB of stderr per connection (hundreds of them a second)."""
+    registry = CollectorRegistry()
+    Counter("gang_extender_probe", "a test counter", registry=registry)
+    server = metrics_listener.start("127.0.0.1", 0, registry, slots=4, timeout=1.0)
+    port = server.server_address[1]
+    try:
+        for _ in range(20):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            sock.close()  # a reset: the reply meets a closed connection
+        time.sleep(0.5)
+        assert ask(port, "GET", "/metrics")[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_new_worker_binds_while_the_old_one_still_listens() -> None:
+    """gunicorn's reload (SIGHUP) boots the new worker before the old one has drained (held binds keep it
+    up to graceful_timeout): the new worker's listener must bind the port the old one still holds, or the
+    worker fails to boot and gunicorn shuts down altogether (seen live: "Worker failed to boot" after a
+    HUP with a bind held at its barrier)."""
+    registry = CollectorRegistry()
+    old = metrics_listener.start("127.0.0.1", 0, registry, timeout=1.0)
+    port = old.server_address[1]
+    try:
+        new = metrics_listener.start("127.0.0.1", port, registry, timeout=1.0)
+    finally:
+        old.shutdown()
+        old.server_close()
+    try:
+        assert ask(port, "GET", "/metrics")[0] == 200  # the new one serves once the old one is gone
+    finally:
+        new.shutdown()
+        new.server_close()

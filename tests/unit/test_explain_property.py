@@ -4,7 +4,8 @@
 mirror's lock: facts, nodes and the live ``mirror.free`` all read while the lock is held. Hypothesis
 draws clusters (nodes of several sizes and zones, running pods) and a sequence of changes (gang
 members filtered, so gangs are admitted and reserve; members and plain pods bound by another binder;
-pods deleted; draining reservations of several priorities) and checks, for every gang, that both give
+pods deleted; draining reservations of several priorities; time passing the max wait, so the head gang
+drains and its explanation plans how many members fit in the drain) and checks, for every gang, that both give
 the same explanation. It also checks that a ``Capacity`` copy answers as ``mirror.free`` did when it was
 taken, for every node and gang, however the mirror changes afterwards.
 """
@@ -53,12 +54,18 @@ def worlds(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[list[dict[str, A
         st.tuples(st.just("run"), node_index, st.sampled_from(["500m", "1", "2"])),
         st.tuples(st.just("delete"), gang_index, st.integers(0, 5)),
         st.tuples(st.just("drain"), gang_index, node_index, st.integers(0, 3), st.sampled_from([0, 50, 100])),
+        st.tuples(st.just("age"), st.sampled_from([10, 301, 301])),
+        st.tuples(st.just("age"), st.just(301)),
     ), max_size=14))
     return nodes + running, gangs, min_counts, steps
 
 
 def apply(h: Harness, gangs: list[list[dict[str, Any]]], step: Step, serial: int) -> None:
     kind, *args = step
+    if kind == "age":  # past the 300 s max wait: the head gang waiting its turn starts a draining reservation
+        h.clock.advance(args[0])
+        h.ledger.sweep()
+        return
     if kind == "run":
         h.add(pod(f"late-{serial}", uid=f"uid-late-{serial}", cpu=args[1], node=f"n{args[0]}", phase="Running"))
         return
