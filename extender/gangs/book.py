@@ -96,6 +96,7 @@ class GangBook:
         self._rejected: dict[GangKey, set[str]] = {}  # members a gang rule rejected: woken at admission
         self._approved: set[str] = set()  # members of a release a previous leader left open: bind at once
         self._swept_at = float("-inf")  # when sweep last walked every gang
+        self._next_due = float("-inf")  # nothing a sweep acts on falls due earlier (``_due_by``)
         self._domain_nodes: dict[Domain, tuple[int, frozenset[str]]] = {}  # per node_set_generation
         self.counters = {"admitted": 0, "completed": 0, "timeouts": 0, "never_fits": 0, "bind_errors": 0,
                          "releases_resumed": 0, "holds_recycled": 0, "releases_aborted": 0}
@@ -172,6 +173,12 @@ class GangBook:
         for gang in gone:
             del self._busy[gang]
         return list(self._busy.values())
+
+    def _due_by(self, when: float) -> float:
+        """Something a sweep acts on falls due at ``when`` (a deadline, a held bind's answer, the end of a
+        back-off): a filter's sweep walks the gangs again once that time comes. Returns ``when``."""
+        self._next_due = min(self._next_due, when)
+        return when
 
     def _rebuild_busy(self) -> None:
         """Find the unsettled gangs among all (the full sweep's safety net for a mark missed)."""

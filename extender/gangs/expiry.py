@@ -80,7 +80,7 @@ class GangExpiry(GangBook):
             self._reset(state)
             state.timeouts += 1
             backoff = min(self.backoff_seconds * 2 ** (state.timeouts - 1), self.max_backoff_seconds)
-            state.backoff_until = self.clock() + backoff
+            state.backoff_until = self._due_by(self.clock() + backoff)
             state.woken_after_backoff = False
             state.last_message = message
             self.counters["timeouts"] += 1
@@ -142,15 +142,19 @@ class GangExpiry(GangBook):
         Otherwise (a filter, with a short interval) the walk is skipped if one ran less than
         ``min_interval`` ago, and walks only the gangs that are not settled (``_busy_states``): walking
         every gang on every request was a third of the filter's time in a backlog of hundreds of
-        gangs, and grew with every gang completed (upstream's 3,000 gangs of 3). Held binds expire
-        themselves at their deadline in any case."""
+        gangs, and grew with every gang completed (upstream's 3,000 gangs of 3); and it is skipped until
+        the earliest time anything walked falls due (``_due_by``), so gangs left with no member are
+        forgotten by the tick. Held binds expire themselves at their deadline in any case."""
         with self.lock:
             releases = self._follow_policy_changes(release)
             now = self.clock()
             if now - self._swept_at < min_interval:
                 return releases
-            self._swept_at = now
             full = min_interval <= 0
+            if not full and now < self._next_due:
+                return releases  # nothing falls due before then; gangs left with no member wait for the tick
+            self._swept_at = now
+            next_due = float("inf")
             for state in list(self._gangs.values()) if full else self._busy_states():
                 gang = state.gang
                 due = self._due(state)
@@ -162,6 +166,11 @@ class GangExpiry(GangBook):
                 if not state.holds and not self.mirror.member_count(gang):
                     self._reset(state)
                     del self._gangs[gang]
+                    continue
+                due = self._due(state)
+                next_due = min(next_due, float("inf") if due is None else due,
+                               float("inf") if state.woken_after_backoff else state.backoff_until)
+            self._next_due = next_due
             if not full:
                 return releases
             self._rebuild_busy()

@@ -127,7 +127,7 @@ class FilterGate(GangPreemption):
             self._complete(state, placed, members)
         elif state.admitted_at is not None and len(placed) > state.bound_seen:
             state.bound_seen = len(placed)
-            state.deadline = now + self.timeout_for(state.policy)
+            state.deadline = self._due_by(now + self.timeout_for(state.policy))
             state.last_message = (f"admitted: {len(placed)}/{state.policy.min_count} members bound by the binder "
                                   "(filter-gated mode)")
 

@@ -153,7 +153,7 @@ class GangLedger(FilterGate):
         gang, policy, result = state.gang, state.policy, placement.plan
         state.failed_plan, state.failed_plan_inputs = None, ()
         state.admitted_at = now
-        state.deadline = now + self.timeout_for(policy)
+        state.deadline = self._due_by(now + self.timeout_for(policy))
         self._mark_busy(state)
         state.domain, state.offered, state.filters_seen = placement.domain, set(), 0
         self._note_admitted(state, now)
@@ -223,7 +223,7 @@ class GangLedger(FilterGate):
                 self.mirror.assume(pod.uid, node)
                 return BindDecision(BindAction.NOW)
             now = self.clock()
-            hold = Hold(pod, node, answer_by=(now if arrival is None else arrival) + self.hold_seconds)
+            hold = Hold(pod, node, answer_by=self._due_by((now if arrival is None else arrival) + self.hold_seconds))
             if hold.answer_by <= now:
                 return BindDecision(BindAction.REJECT, error=(
                     f"bind of pod {pod.namespace}/{pod.name} reached gang-extender too late to be held "
@@ -236,7 +236,7 @@ class GangLedger(FilterGate):
                 # deadline moves (the first hold starts the clock). A member coming back after its
                 # hold was recycled is not progress.
                 state.held_ever.add(pod.uid)
-                state.deadline = now + self.timeout_for(policy)
+                state.deadline = self._due_by(now + self.timeout_for(policy))
             self.mirror.use_reservation(pod.gang, node, pod.requests)
             self.mirror.assume(pod.uid, node)
             if len(placed) + len(waiting) >= policy.min_count:
@@ -279,7 +279,7 @@ class GangLedger(FilterGate):
                 # they come back to the same room (nothing else may take it) and complete the gang.
                 now = self.clock()
                 state.admitted_at = state.admitted_at if state.admitted_at is not None else now
-                state.deadline = now + self.timeout_for(state.policy)
+                state.deadline = self._due_by(now + self.timeout_for(state.policy))
                 state.held_ever = set()
                 self.mirror.reserve_more(gang, ((h.node, h.pod.requests) for h in failed))
                 state.last_message = (f"quorum released but {len(failed)} Binding(s) failed: their places stay "

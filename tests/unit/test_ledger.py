@@ -473,3 +473,39 @@ def test_a_gang_that_can_never_fit_is_told_so_even_when_held_binds_shrink_what_i
     w.clock.advance(11)  # past the back-off, within the holds' 29 s
     verdict = w.ledger.admission(key(again[0]), policy)
     assert verdict.code is Code.WAIT_UNRESOLVABLE and "can never fit" in verdict.message, verdict
+
+
+def test_a_filter_sweep_walks_only_when_something_falls_due(w: World) -> None:
+    """A filter's sweep skips its walk until the earliest deadline, held bind's answer or back-off end
+    it has seen: gangs admitted, held or backing off after the last walk bring that time forward."""
+    walked: list[float] = []
+
+    def sweep(advance: float) -> None:
+        w.clock.advance(advance)
+        before = w.ledger._swept_at
+        w.ledger.sweep(0.05)
+        if w.ledger._swept_at != before:  # stamped only when it walks
+            walked.append(w.clock.now)
+
+    sweep(0)
+    assert len(walked) == 1  # nothing known yet: walks, finds nothing due
+    a = w.gang("a", 2, min_count=2, cpu="100m")
+    assert w.ledger.admission(key(a[0]), GangPolicy(2)) == PASS  # deadline in 30 s
+    sweep(1)
+    sweep(1)
+    sweep(27.9)
+    assert len(walked) == 1 and w.ledger.counters["timeouts"] == 0  # the admission's deadline is not due yet
+    sweep(0.2)
+    assert len(walked) == 2 and w.ledger.counters["timeouts"] == 1  # due: walked and timed out
+    state = w.ledger.state(key(a[0]))
+    assert state is not None and not state.woken_after_backoff
+    sweep(9.9)
+    assert len(walked) == 2
+    sweep(0.2)
+    assert len(walked) == 3 and state.woken_after_backoff  # the back-off's end was due
+    assert w.ledger.admission(key(a[0]), GangPolicy(2)) == PASS  # admitted again: a new deadline ...
+    w.ledger.on_bind(a[0], "n1", GangPolicy(2), arrival=w.clock.now - 28.5)  # ... and a bind held 0.5 s more
+    sweep(0.4)
+    assert len(walked) == 3
+    sweep(0.2)
+    assert len(walked) == 4  # the held bind's answer was due first
