@@ -13,12 +13,15 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 from controlplane import ControlPlane, wait_for, write_kubeconfig
 from support import ROOT
+
+from extender.errors import KubeError
 
 MANIFESTS = ROOT / "manifests"
 NAMESPACE = "gang-scheduler"
@@ -123,3 +126,12 @@ def whoami(cp: ControlPlane, kubeconfig: str) -> str:
                           stdin=subprocess.DEVNULL, check=False)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
+
+
+def refused(what: str, call: Callable[[], Any]) -> KubeError:
+    """The API error ``call`` raises; the test fails (``what``: allowed) if the API server allows it."""
+    try:
+        call()
+    except KubeError as exc:
+        return exc
+    raise AssertionError(f"{what}: allowed")

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 from controlplane import ApiError, ControlPlane, wait_for
 from gangctl import annotated, kubectl_gang
-from identities import extender_kubeconfig, install
+from identities import extender_kubeconfig, install, refused
 from support import create, scenario, scheduling_with_extender
 
 from extender.errors import KubeError
@@ -72,14 +71,6 @@ def new_event(ns: str, name: str, reason: str, controller: str, form: dict[str, 
         "reportingController": controller, "reportingInstance": "test-1", "action": "Publish",
         "reason": reason, "note": "written by a test", "type": "Normal",
         "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": "ann-0"}}
-
-
-def _refusal(what: str, call: Callable[[], Any]) -> KubeError:
-    try:
-        call()
-    except KubeError as exc:
-        return exc
-    raise AssertionError(f"{what}: allowed")
 
 
 def _by_policy(error: KubeError) -> bool:
@@ -136,7 +127,7 @@ def test_only_the_extender_may_write_gang_state_events(installed: ControlPlane, 
     try:
         _wait_for_the_policy(kube, ns)
         for what, (path, body) in _forgeries(ns).items():
-            error = _refusal(what, lambda p=path, b=body: kube.request("POST", p, body=b))
+            error = refused(what, lambda p=path, b=body: kube.request("POST", p, body=b))
             assert _by_policy(error), (what, str(error))
         # The policy binds everyone but the extender: the cluster administrator too (who may remove it).
         path, body = _forgeries(ns)["core v1 as gang-extender writes it"]
@@ -158,7 +149,7 @@ def test_only_the_extender_may_write_gang_state_events(installed: ControlPlane, 
         # A patch may not turn an ordinary core v1 Event into gang-extender's GangState (events.k8s.io/v1
         # keeps reason and reportingController immutable) ...
         turned = {"reason": REASON, "source": {"component": "gang-extender"}}
-        error = _refusal("patch into GangState", lambda: kube.request(
+        error = refused("patch into GangState", lambda: kube.request(
             "PATCH", f"/api/v1/namespaces/{ns}/events/plain", body=turned, content_type=MERGE))
         assert _by_policy(error), str(error)
 
@@ -169,7 +160,7 @@ def test_only_the_extender_may_write_gang_state_events(installed: ControlPlane, 
                    if e["reason"] == REASON and (e.get("source") or {}).get("component") == "gang-extender"]
         forged = {"metadata": {"annotations": {ANNOTATION: json.dumps(FORM | {"namespace": ns})}}}
         for api in ("/api/v1", "/apis/events.k8s.io/v1"):
-            error = _refusal(f"patch of gang-extender's GangState ({api})", lambda a=api: kube.request(
+            error = refused(f"patch of gang-extender's GangState ({api})", lambda a=api: kube.request(
                 "PATCH", f"{a}/namespaces/{ns}/events/{real['metadata']['name']}", body=forged, content_type=MERGE))
             assert _by_policy(error), (api, str(error))
         names = {e["metadata"]["name"] for e in cp.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]}

@@ -14,7 +14,6 @@ ValidatingAdmissionPolicy that confines its pod writes, checked on a real kube-a
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from identities import (
     extender_kubeconfig,
     extender_pod,
     install,
+    refused,
     whoami,
 )
 from support import PAUSE
@@ -201,14 +201,6 @@ def test_the_topologys_extender_identity_is_refused_everything_else(installed: C
 
 
 # --------------------------------------------------------------------------- admission policy
-def _refusal(what: str, call: Callable[[], Any]) -> KubeError:
-    try:
-        call()
-    except KubeError as exc:
-        return exc
-    raise AssertionError(f"{what}: the extender's identity was allowed")
-
-
 def _by_policy(error: KubeError) -> bool:
     return error.status == 403 and f"ValidatingAdmissionPolicy '{POLICY}'" in str(error)
 
@@ -252,7 +244,7 @@ def test_the_admission_policy_confines_the_extenders_pod_writes(installed: Contr
         _wait_for_the_policy(kube, "/api/v1/namespaces/vap/pods/target")
         before = cp.request("GET", path)
 
-        refused = {
+        forbidden = {
             "image": (json_patch, [{"op": "replace", "path": "/spec/containers/0/image", "value": "evil:1"}]),
             "label": (merge, {"metadata": {"labels": {"app": "stolen"}}}),
             "toleration": (json_patch, [{"op": "add", "path": "/spec/tolerations/-",
@@ -260,8 +252,8 @@ def test_the_admission_policy_confines_the_extenders_pod_writes(installed: Contr
             "foreign annotation": (merge, {"metadata": {"annotations": {"team": "b"}}}),
             "foreign annotation removed": (merge, {"metadata": {"annotations": {"team": None}}}),
         }
-        for what, (content_type, body) in refused.items():
-            error = _refusal(f"{what} patch", lambda ct=content_type, b=body: kube.request(
+        for what, (content_type, body) in forbidden.items():
+            error = refused(f"{what} patch by the extender's identity", lambda ct=content_type, b=body: kube.request(
                 "PATCH", path, body=b, content_type=ct))
             assert _by_policy(error), (what, str(error))
 
@@ -276,10 +268,10 @@ def test_the_admission_policy_confines_the_extenders_pod_writes(installed: Contr
         assert "GangBound" in reasons
 
         # Verbs it does not need are refused before admission: RBAC.
-        deleted = _refusal("pod delete", lambda: kube.request("DELETE", path))
+        deleted = refused("pod delete by the extender's identity", lambda: kube.request("DELETE", path))
         assert deleted.status == 403 and "cannot delete resource" in str(deleted), str(deleted)
-        node_write = _refusal("node patch", lambda: kube.request("PATCH", f"/api/v1/nodes/{node}", content_type=merge,
-                                                                 body={"metadata": {"labels": {"x": "y"}}}))
+        node_write = refused("node patch by the extender's identity", lambda: kube.request(
+            "PATCH", f"/api/v1/nodes/{node}", content_type=merge, body={"metadata": {"labels": {"x": "y"}}}))
         assert node_write.status == 403 and "cannot patch resource" in str(node_write), str(node_write)
 
         # The policy binds the extender's identity only: an administrator's label patch still passes.

@@ -323,32 +323,48 @@ OPS = st.lists(st.tuples(st.sampled_from(["node", "drop-node", "pod", "drop-pod"
                          st.integers(0, 3), st.integers(0, 5), st.integers(0, 3)), max_size=40)
 
 
+GANGS = [GangKey(GroupRef(GroupKind.COSCHEDULING, "default", g)) for g in ("a", "b")]
+
+
+def apply(m: ClusterMirror, op: str, n: int, p: int, cpu: int) -> None:
+    """One random step of the mirror's life: nodes, pods, assumed binds and gangs' reservations."""
+    name, uid, gang = f"n{n}", f"u{p}", GANGS[p % 2]
+    if op == "node":
+        m.upsert_node(node(name, cpu=str(cpu + 1)))
+    elif op == "drop-node":
+        m.delete_node(name)
+    elif op == "pod":
+        m.upsert_pod(pod(f"p{p}", uid=uid, cpu=f"{cpu * 300}m", node=name if cpu else None))
+    elif op == "drop-pod":
+        m.delete_pod(uid)
+    elif op == "finish" and m.pod_by_uid(uid) is not None:
+        m.upsert_pod(pod(f"p{p}", uid=uid, cpu="300m", node=name, phase="Succeeded"))
+    elif op == "assume" and m.pod_by_uid(uid) is not None:
+        m.assume(uid, name)
+    elif op == "forget":
+        m.forget(uid)
+    elif op in ("reserve", "drain"):  # a reservation, or the same slots turned draining (or back)
+        slots = [(f"n{(n + i) % 4}", {"cpu": 500 * (cpu + 1)}) for i in range(p % 3 + 1)]
+        m.reserve(gang, slots, draining=op == "drain", priority=cpu)
+    elif op == "trim":
+        m.trim_reservation(gang, cpu)
+    elif op == "use":
+        m.use_reservation(gang, name, {"cpu": 500 * (cpu + 1)})
+
+
 @settings(max_examples=300, deadline=None)
 @given(OPS)
 def test_free_cpu_by_node_follows_every_change(ops: list[tuple[str, int, int, int]]) -> None:
     """Kept as pods and nodes come and go (not recomputed per call): always what ``free`` computes."""
     m = ClusterMirror()
-    for op, n, p, cpu in ops:
-        name, uid = f"n{n}", f"u{p}"
-        if op == "node":
-            m.upsert_node(node(name, cpu=str(cpu + 1)))
-        elif op == "drop-node":
-            m.delete_node(name)
-        elif op == "pod":
-            m.upsert_pod(pod(f"p{p}", uid=uid, cpu=f"{cpu * 300}m", node=name if cpu else None))
-        elif op == "drop-pod":
-            m.delete_pod(uid)
-        elif op == "finish" and m.pod_by_uid(uid) is not None:
-            m.upsert_pod(pod(f"p{p}", uid=uid, cpu="300m", node=name, phase="Succeeded"))
-        elif op == "assume" and m.pod_by_uid(uid) is not None:
-            m.assume(uid, name)
-        elif op == "forget":
-            m.forget(uid)
+    for op in ops:
+        apply(m, *op)
         assert m.free_cpu_by_node(None) == {nm: m.free(nm, None).get("cpu", 0) for nm in m.nodes}
 
 
 RESERVING = st.lists(st.tuples(
-    st.sampled_from(["node", "drop-node", "pod", "drop-pod", "assume", "forget", "reserve", "drain", "trim", "use"]),
+    st.sampled_from(["node", "drop-node", "pod", "drop-pod", "finish", "assume", "forget", "reserve", "drain",
+                     "trim", "use"]),
     st.integers(0, 3), st.integers(0, 5), st.integers(0, 3)), max_size=40)
 
 
@@ -358,29 +374,9 @@ def test_nodes_by_free_cpu_is_the_sorted_order_of_free_cpu_by_node(ops: list[tup
     """The admission order kept as nodes, pods and reservations (admitted and draining) change is always
     what sorting ``free_cpu_by_node`` gives, for a gang with no reservation and for gangs with one."""
     m = ClusterMirror()
-    gangs = [GangKey(GroupRef(GroupKind.COSCHEDULING, "default", g)) for g in ("a", "b")]
-    for op, n, p, cpu in ops:
-        name, uid, gang = f"n{n}", f"u{p}", gangs[p % 2]
-        if op == "node":
-            m.upsert_node(node(name, cpu=str(cpu + 1)))
-        elif op == "drop-node":
-            m.delete_node(name)
-        elif op == "pod":
-            m.upsert_pod(pod(f"p{p}", uid=uid, cpu=f"{cpu * 300}m", node=name if cpu else None))
-        elif op == "drop-pod":
-            m.delete_pod(uid)
-        elif op == "assume" and m.pod_by_uid(uid) is not None:
-            m.assume(uid, name)
-        elif op == "forget":
-            m.forget(uid)
-        elif op in ("reserve", "drain"):  # a reservation, or the same slots turned draining (or back)
-            slots = [(f"n{(n + i) % 4}", {"cpu": 500 * (cpu + 1)}) for i in range(p % 3 + 1)]
-            m.reserve(gang, slots, draining=op == "drain", priority=cpu)
-        elif op == "trim":
-            m.trim_reservation(gang, cpu)
-        elif op == "use":
-            m.use_reservation(gang, name, {"cpu": 500 * (cpu + 1)})
-        for for_gang in (None, *gangs):
+    for op in ops:
+        apply(m, *op)
+        for for_gang in (None, *GANGS):
             free = m.free_cpu_by_node(for_gang)
             for least in (0, 1, 1000, 2500):
                 want = [nm for cpu_, nm in sorted((c, nm) for nm, c in free.items()) if least <= 0 or cpu_ >= least]
