@@ -135,3 +135,18 @@ def refused(what: str, call: Callable[[], Any]) -> KubeError:
     except KubeError as exc:
         return exc
     raise AssertionError(f"{what}: allowed")
+
+
+def wait_until_in_force(policy: str, probe: Callable[[], Any], by_policy: Callable[[KubeError], bool]) -> None:
+    """Until the API server's policy informer has ``policy`` (about a second after it is applied): the
+    dry-run request ``probe`` is refused, and ``by_policy`` says by it (any other error is raised)."""
+    def in_force() -> bool:
+        try:
+            probe()
+        except KubeError as exc:
+            if by_policy(exc):
+                return True
+            raise
+        return False
+
+    wait_for(in_force, timeout=30, what=f"the ValidatingAdmissionPolicy {policy} to be in force")

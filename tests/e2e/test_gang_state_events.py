@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from controlplane import ApiError, ControlPlane, wait_for
 from gangctl import annotated, kubectl_gang
-from identities import extender_kubeconfig, install, refused
+from identities import extender_kubeconfig, install, refused, wait_until_in_force
 from support import create, scenario, scheduling_with_extender
 
 from extender.errors import KubeError
@@ -93,16 +93,7 @@ def _wait_for_the_policy(kube: KubeClient, ns: str) -> None:
     """Until the API server's policy informer has it: a dry-run forged create is refused by the policy."""
     path, body = core_event(ns, "probe", REASON, {"source": {"component": "gang-extender"}})
 
-    def in_force() -> bool:
-        try:
-            kube.request("POST", path, {"dryRun": "All"}, body=body)
-        except KubeError as exc:
-            if _by_policy(exc):
-                return True
-            raise
-        return False
-
-    wait_for(in_force, timeout=30, what=f"the ValidatingAdmissionPolicy {POLICY} to be in force")
+    wait_until_in_force(POLICY, lambda: kube.request("POST", path, {"dryRun": "All"}, body=body), _by_policy)
 
 
 def _forgeries(ns: str) -> dict[str, tuple[str, dict[str, Any]]]:

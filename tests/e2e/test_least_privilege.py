@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controlplane import ControlPlane, wait_for
+from controlplane import ControlPlane
 from identities import (
     EXTENDER_SA,
     EXTENDER_USER,
@@ -32,6 +32,7 @@ from identities import (
     extender_pod,
     install,
     refused,
+    wait_until_in_force,
     whoami,
 )
 from support import PAUSE
@@ -212,16 +213,8 @@ def _wait_for_the_policy(kube: KubeClient, path: str) -> None:
     probe = {"metadata": {"labels": {"app": "probe"}, "annotations": {"probe": "1"}},
              "spec": {"activeDeadlineSeconds": 3600}}
 
-    def in_force() -> bool:
-        try:
-            kube.request("PATCH", path, {"dryRun": "All"}, body=probe, content_type="application/merge-patch+json")
-        except KubeError as exc:
-            if _by_policy(exc):
-                return True
-            raise
-        return False
-
-    wait_for(in_force, timeout=30, what=f"the ValidatingAdmissionPolicy {POLICY} to be in force")
+    wait_until_in_force(POLICY, lambda: kube.request("PATCH", path, {"dryRun": "All"}, body=probe,
+                                                     content_type="application/merge-patch+json"), _by_policy)
 
 
 def _pod(namespace: str, name: str) -> dict[str, Any]:
