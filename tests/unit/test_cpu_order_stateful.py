@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from extender.cluster.cpu_order import CpuOrder
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.model import GangKey, GroupKind, GroupRef
 from extender.cluster.records import pod_record
@@ -87,17 +89,40 @@ def _check(m: ClusterMirror) -> None:
                 assert got == planner.plan(members[:count], m.nodes.values(), free_of, plain), (gang, count)
 
 
+@pytest.mark.parametrize("rebuild", [CpuOrder.REBUILD, 0])  # re-sorted whole when many are stale; never
 @settings(max_examples=1500, deadline=None)
-@given(OPS)
-@example([("node", 0, 0, 0), ("node", 1, 0, 0), ("pod", 1, 0, 3), ("pod", 1, 2, 1), ("reserve", 0, 0, 2),
+@given(ops=OPS)
+@example(ops=[("node", 0, 0, 0), ("node", 1, 0, 0), ("pod", 1, 0, 3), ("pod", 1, 2, 1), ("reserve", 0, 0, 2),
           ("check", 0, 0, 0), ("flip", 0, 0, 0)])  # n0 -500 then 0 past n1 at -200: a drain reorders
-@example([("node", 0, 0, 3), ("node", 1, 0, 3), ("pod", 1, 1, 1), ("reserve", 0, 0, 0), ("check", 0, 0, 0),
+@example(ops=[("node", 0, 0, 3), ("node", 1, 0, 3), ("pod", 1, 1, 1), ("reserve", 0, 0, 0), ("check", 0, 0, 0),
           ("trim", 0, 0, 0)])  # n0 3500 then 4000 past n1 at 3700: a reservation gone from a node reorders
-def test_the_index_and_its_plans_follow_every_change(ops: list[tuple[str, int, int, int]]) -> None:
+def test_the_index_and_its_plans_follow_every_change(ops: list[tuple[str, int, int, int]], rebuild: int) -> None:
     m = ClusterMirror()
+    m._order.REBUILD = rebuild
     for op, n, p, cpu in ops:
         if op == "check":
             _check(m)
         else:
             _apply(m, op, n, p, cpu)
     _check(m)
+
+
+def test_many_stale_nodes_are_sorted_afresh_not_moved_one_by_one() -> None:
+    """A relist or a burst of pods makes most nodes stale: re-reading each (and moving it in the sorted
+    index) cost 2.3 us a node, 12 ms an admission after 5,000 nodes changed against 1.8 ms for sorting
+    them all; the index is rebuilt from every node's cpu at once instead."""
+    cpu = {f"n{i:03d}": (i * 7) % 50 for i in range(200)}
+    read: list[str] = []
+    order = CpuOrder(lambda name, _gang: read.append(name) or cpu.get(name), lambda: dict(cpu))
+    for name in cpu:
+        order.stale(name)
+    assert list(order.walk(None, (), 0)) == [n for _, n in sorted((c, n) for n, c in cpu.items())]
+    assert read == []
+    for name in list(cpu)[:150]:
+        cpu[name] += 3
+        order.stale(name)
+    assert list(order.walk(None, (), 10)) == [n for c, n in sorted((c, n) for n, c in cpu.items()) if c >= 10]
+    assert read == []
+    order.stale("n005")  # one: moved alone
+    assert list(order.walk(None, (), 0)) == [n for _, n in sorted((c, n) for n, c in cpu.items())]
+    assert read == ["n005"]
