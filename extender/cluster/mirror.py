@@ -57,7 +57,8 @@ class ClusterMirror:
         self._groups = GroupIndex()  # group objects, the gang policies they define, their changes
         self._reservations = Reservations(self._touch)  # what admitted gangs hold for members to come
         self._order = CpuOrder(lambda node, gang: None if node not in self._free_cpu else
-                               self._reservations.cpu_left(node, self._free_cpu[node], gang))
+                               self._reservations.cpu_left(node, self._free_cpu[node], gang),
+                               lambda: self.free_cpu_by_node(None))
         self.rejected_objects = 0  # objects too malformed to mirror (counted, logged by the caller)
 
     # ----------------------------------------------------------------------------------- changes
