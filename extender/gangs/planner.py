@@ -138,8 +138,10 @@ class FreeCpu(dict[str, int]):
 def _order(nodes: Sequence[NodeRecord], start_cpu: Mapping[str, int], least: int) -> Iterator[NodeRecord]:
     """The nodes by free cpu, then name; nodes with less free cpu than ``least`` (the smallest member's)
     are left out: no member could go there, and full nodes would come first. From the caller's index
-    when ``start_cpu`` has one and the plan is over every node it knows; otherwise a heap, ordered only
-    as far as it is walked (a gang that fits the first few nodes does not pay for ordering thousands)."""
+    when ``start_cpu`` has one and the plan is over every node it knows (``nodes`` must be distinct nodes
+    it knows, so that the same count is the same set: the ledger's node lists and their subsets are);
+    otherwise a heap, ordered only as far as it is walked (a gang that fits the first few nodes does not
+    pay for ordering thousands)."""
     if isinstance(start_cpu, FreeCpu) and start_cpu.ordered is not None and len(nodes) == len(start_cpu):
         records = start_cpu.records
         yield from (records[name] for name in start_cpu.ordered(least))
