@@ -205,6 +205,9 @@ def extender_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, 
         if n:
             out[verb] = round((after.get(s, 0.0) - before.get(s, 0.0)) / n * 1000, 3)
             out[f"{verb}_calls"] = n
+            cpu = f'gang_extender_request_cpu_seconds_total{{verb="{verb}"}}'
+            if cpu in after:  # CPU of the handler on the request's thread, ms per call
+                out[f"{verb}_cpu"] = round((after[cpu] - before.get(cpu, 0.0)) / n * 1000, 3)
     return out
 
 

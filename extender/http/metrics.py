@@ -28,6 +28,10 @@ class Metrics:
                                 ["verb", "outcome"], registry=self.registry)
         self.latency = Histogram("gang_extender_request_seconds", "Extender request latency by verb",
                                  ["verb"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.cpu = Counter("gang_extender_request_cpu_seconds",
+                           "CPU time of the request's own thread in gang-extender's handler, by verb (a held "
+                           "bind's wait costs none; a released gang's Bindings count in the bind pool, not here)",
+                           ["verb"], registry=self.registry)
         self.registry.register(_StateCollector(runtime))
 
 

@@ -72,7 +72,7 @@ def _filter_args(body: Any) -> FilterArgs:
 def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], Any]) -> Response:
     ext = _ext()
     arrival = time.time()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.thread_time()
     outcome = "ok"
     data = _read_body(verb)
     try:
@@ -99,6 +99,7 @@ def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], An
     latency = time.perf_counter() - started
     ext.metrics.requests.labels(verb, outcome).inc()
     ext.metrics.latency.labels(verb).observe(latency)
+    ext.metrics.cpu.labels(verb).inc(time.thread_time() - cpu)
     if ext.recorder is not None:
         ext.recorder.record(verb, arrival, status, latency, data, reply)
     return Response(reply, status=status, mimetype="application/json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -537,6 +538,9 @@ def test_metrics(client: FlaskClient) -> None:
     assert 'gang_extender_requests_total{outcome="bad_request",verb="filter"} 1.0' in text
     assert 'gang_extender_requests_total{outcome="ok",verb="bind"} 1.0' in text
     assert 'gang_extender_request_seconds_count{verb="filter"} 2.0' in text
+    cpu = {verb: float(re.search(rf'gang_extender_request_cpu_seconds_total{{verb="{verb}"}} (\S+)', text)[1])
+           for verb in ("filter", "bind")}
+    assert all(0 < seconds < 5 for seconds in cpu.values()), cpu  # each verb's handler ran on its thread's CPU
     assert "gang_extender_mirror_nodes 4.0" in text
     assert "gang_extender_mirror_pods 4.0" in text
     assert "gang_extender_filter_cache_misses_total 1.0" in text
