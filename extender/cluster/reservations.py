@@ -61,7 +61,7 @@ class Reservations:
         kept = tuple((node, dict(requests)) for node, requests in slots)
         totals = {node: amount for node, amount in per_node(kept).items() if amount}
         was_draining, before = self._draining.get(gang), self._nodes.get(gang, frozenset())
-        for node in self._nodes.get(gang, frozenset()).difference(totals):
+        for node in before.difference(totals):
             by_gang = self._on_node[node]
             del by_gang[gang]
             if not by_gang:

@@ -8,9 +8,9 @@ closed; a request is given up (the connection cut) after ``timeout`` in all, how
 still come, a reply after ``timeout`` in all. A connection beyond the slots takes the slot of the oldest
 one whose request has not arrived (cut at once), or is closed at once when every slot is replying, so a
 flood of scrapers costs this listener's few threads and never the verbs' workers, and clients that
-connect and say nothing cannot keep a scrape out. The registry is collected at most once per ``reuse_seconds`` (a scrape
-within that of the last one gets its text again), so scrapes cannot run the collectors more often. A
-client that hangs up is logged at debug level, not as a traceback on stderr.
+connect and say nothing cannot keep a scrape out. The registry is collected at most once per
+``reuse_seconds`` (a scrape within that of the last one gets its text again), so scrapes cannot run the
+collectors more often. A client that hangs up is logged at debug level, not as a traceback on stderr.
 Must not: serve anything but the registry, or change any state.
 """
 
