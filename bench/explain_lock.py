@@ -190,7 +190,7 @@ def copy_phase(runtime: Runtime, lock: TimedLock, samples: int) -> list[float]:
     for _ in range(samples):
         start = time.perf_counter()
         with runtime.ledger.lock:
-            runtime.ledger.facts(gang)
+            runtime.ledger.view.facts(gang)
             list(runtime.mirror.nodes.values())
             runtime.mirror.capacity(gang)
         taken.append((time.perf_counter() - start) * 1e3)

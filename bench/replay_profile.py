@@ -59,7 +59,7 @@ def counters(app: Any) -> dict[str, int]:
     rt = app.extensions["gang_extender"].runtime
     stats = rt.cache.stats()
     return {"hits": stats["hits"], "misses": stats["misses"], "unsignable": stats["unsignable"],
-            "admitted": rt.ledger.counters["admitted"]}
+            "admitted": rt.ledger.view.counters()["admitted"]}
 
 
 def time_admission(ledger: Any, times: dict[str, list[float]]) -> None:
@@ -67,11 +67,11 @@ def time_admission(ledger: Any, times: dict[str, list[float]]) -> None:
     admission = ledger.admission
 
     def timed(*args: Any, **kwargs: Any) -> Any:
-        admitted = ledger.counters["admitted"]
+        admitted = ledger.view.counters()["admitted"]
         started = time.perf_counter()
         verdict = admission(*args, **kwargs)
         elapsed = (time.perf_counter() - started) * 1000
-        if ledger.counters["admitted"] > admitted:
+        if ledger.view.counters()["admitted"] > admitted:
             times["admits the gang (plans its reservation)"].append(elapsed)
         elif verdict.passes:
             times["passes (gang admitted or complete)"].append(elapsed)
@@ -131,13 +131,13 @@ def main(argv: list[str] | None = None) -> int:
         for record in corpus.records:
             body = orjson.dumps(record["request"])
             if record["verb"] == "bind":
-                held = rt.ledger.held_count()
+                held = rt.ledger.view.held_count()
                 thread = threading.Thread(target=client.post, args=("/bind",), daemon=True,
                                           kwargs={"data": body, "content_type": "application/json"})
                 thread.start()
                 threads.append(thread)
                 deadline = time.monotonic() + 2
-                while thread.is_alive() and rt.ledger.held_count() <= held and time.monotonic() < deadline:
+                while thread.is_alive() and rt.ledger.view.held_count() <= held and time.monotonic() < deadline:
                     time.sleep(0.0005)
                 continue
             if record["verb"] != "filter":

@@ -25,10 +25,11 @@ from collections.abc import Callable
 import timing
 
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GangKey, GroupKind, GroupRef, NodeRecord, PodRecord
-from extender.cluster.quantity import Resources
-from extender.cluster.topology import HOSTNAME, TopologyConstraint
+from extender.cluster.topology_constraints import HOSTNAME, TopologyConstraint
 from extender.gangs import planner, topology
+from extender.model.cluster import NodeRecord, PodRecord
+from extender.model.gang import GangKey, GroupKind, GroupRef
+from extender.model.quantity import Resources
 
 ZONE, BLOCK, RACK = "topology.kubernetes.io/zone", "example.com/block", "example.com/rack"
 LEVELS = (ZONE, BLOCK, RACK)

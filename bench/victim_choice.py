@@ -25,11 +25,12 @@ from typing import Any, cast
 
 import timing
 
-from extender.cluster.model import GangKey, GroupKind, GroupRef, NodeRecord, PodRecord
-from extender.cluster.quantity import Resources, add_into
-from extender.cluster.topology import HOSTNAME, NONE, TopologyConstraint
+from extender.cluster.topology_constraints import HOSTNAME, NONE, TopologyConstraint
 from extender.gangs import topology
 from extender.gangs.victims import Preemption, VictimUnit, choose_victims
+from extender.model.cluster import NodeRecord, PodRecord
+from extender.model.gang import GangKey, GroupKind, GroupRef
+from extender.model.quantity import Resources, add_into
 
 RACK = "example.com/rack"
 GI = 2**30

@@ -4,7 +4,7 @@ Owns: whether a string is a valid label key by the API server's rules (``IsLabel
 k8s.io/apimachinery ``pkg/api/validate/content``), with a message saying what is wrong. A label key is
 an optional prefix and ``/`` and a name: the prefix a DNS-1123 subdomain of at most 253 characters,
 the name 1..63 characters of letters, digits, ``-``, ``_`` and ``.``, starting and ending with a letter
-or digit. Settings (``config``) and topology constraints (``cluster.topology``) both check keys here.
+or digit. Settings (``config``) and topology constraints (``cluster.topology_constraints``) both check keys here.
 Must not: import anything outside the stdlib.
 """
 

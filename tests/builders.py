@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,12 +17,16 @@ from typing import Any
 from extender.cluster.cache import FilterCache
 from extender.cluster.groups import ANNOTATION_TIMEOUT, COSCHEDULING_API, COSCHEDULING_LABEL, WORKLOAD_API
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GroupKind, PodRecord, TopologyConstraint
+from extender.cluster.reservations import Slot, consume_slot
 from extender.engine.ports import ReleaseLog
 from extender.engine.requests import BindArgs, FilterArgs
 from extender.engine.verbs import Engine
 from extender.errors import BindError
+from extender.gangs import bind_modes
 from extender.gangs.ledger import GangLedger
+from extender.gangs.settings import GangSettings
+from extender.model.cluster import PodRecord
+from extender.model.gang import GangKey, GangStatus, GroupKind, GroupRef, TopologyConstraint
 
 _uids = itertools.count(1)
 
@@ -216,11 +221,12 @@ class Harness:
     binder: FakeBinder
     clock: FakeClock
     events: EventLog
+    woken: list[str] = field(default_factory=list)  # the names of the pods woken, in order
+    statuses: list[tuple[GangKey, GangStatus]] = field(default_factory=list)  # group statuses told, in order
 
     def close(self) -> None:
         self.binder.gate.set()
-        self.engine.close()
-        self.engine._bind_pool.shutdown(wait=True)  # join the bind threads this test started
+        self.engine.close(wait=True)  # join the bind threads this test started
 
     def add(self, *objs: Mapping[str, Any]) -> None:
         """Feed Nodes, Pods, Workloads and PodGroups to the mirror (as the watches would)."""
@@ -243,18 +249,68 @@ def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0,
                 bind_to_mirror: bool = False, bind_parallelism: int = 8,
                 release_log: ReleaseLog | None = None, topology_levels: Sequence[str] = (),
                 levels_for: Callable[[TopologyConstraint], tuple[str, ...]] | None = None,
-                filter_gated: bool = False) -> Harness:
-    """Mirror + FilterCache + GangLedger(fake clock, event log) + Engine(fake binder)."""
+                filter_gated: bool = False, hold_seconds: float = 29.0, max_held_binds: int | None = None,
+                max_release_members: int | None = None, scheduler_names: frozenset[str] | None = None,
+                may_act: Callable[[], bool] = lambda: True, real_clock: bool = False,
+                lock: Any = None) -> Harness:
+    """Mirror + FilterCache + GangLedger(fake clock, event log) + Engine(fake binder); ``real_clock``: the
+    ledger and the engine read ``time.monotonic`` instead (the harness's clock is then not theirs)."""
     clock = clock or FakeClock()
-    mirror = ClusterMirror()
+    mirror = ClusterMirror(lock)
     cache = FilterCache(cache_size, cache_ttl)
     events = EventLog()
-    ledger = GangLedger(mirror, timeout_seconds=timeout_seconds, backoff_seconds=backoff_seconds, clock=clock,
-                        on_event=events, topology_levels=topology_levels, levels_for=levels_for,
-                        filter_gated=filter_gated)
+    woken: list[str] = []
+    statuses: list[tuple[GangKey, GangStatus]] = []
+    settings = GangSettings(timeout_seconds=timeout_seconds, backoff_seconds=backoff_seconds,
+                            hold_seconds=hold_seconds, max_held_binds=max_held_binds,
+                            max_release_members=max_release_members, topology_levels=tuple(topology_levels),
+                            levels=levels_for)
+    now: Callable[[], float] = time.monotonic if real_clock else clock
+    ledger = GangLedger(mirror, settings, clock=now, on_event=events,
+                        on_wake=lambda pods: woken.extend(p.name for p in pods),
+                        on_status=lambda gang, status: statuses.append((gang, status)),
+                        bind_mode=bind_modes.FilterGated if filter_gated else bind_modes.Barrier)
     binder = binder or FakeBinder()
     if bind_to_mirror:
         binder.mirror = mirror
-    engine = Engine(mirror, cache, ledger, binder, bind_parallelism=bind_parallelism, clock=clock,
-                    release_log=release_log)
-    return Harness(mirror, cache, ledger, engine, binder, clock, events)
+    engine = Engine(mirror, cache, ledger, binder, bind_parallelism=bind_parallelism, clock=now,
+                    release_log=release_log, scheduler_names=scheduler_names, may_act=may_act)
+    return Harness(mirror, cache, ledger, engine, binder, clock, events, woken, statuses)
+
+
+def slots_of(ledger: GangLedger, gang: GangKey) -> tuple[tuple[str, dict[str, int]], ...]:
+    """The gang's reserved slots as its record holds them (() when it holds none)."""
+    record = ledger.record(gang)
+    return record.reservation.slots if record is not None and record.reservation is not None else ()
+
+
+@dataclass
+class Reserved:
+    """The gangs' slots, kept as the ledger's records keep them, and set on the mirror as its apply step does."""
+
+    m: ClusterMirror
+    slots: dict[GangKey, list[Slot]] = field(default_factory=dict)
+    holds_off: dict[GangKey, int | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.m.notify_member_bound(self._bound)
+
+    def set(self, gang: GangKey, slots: list[Slot], holds_off: int | None = None) -> None:
+        self.slots[gang], self.holds_off[gang] = list(slots), holds_off
+        self.m.set_reservation(gang, slots, holds_off)
+
+    def _bound(self, pod: PodRecord) -> None:  # a member bound by another binder takes a reserved place
+        assert pod.gang is not None
+        if self.slots.get(pod.gang):
+            self.use(pod.gang, pod.node_name, pod.requests)
+
+    def use(self, gang: GangKey, node: str, requests: dict[str, int]) -> None:
+        slots = list(self.slots.get(gang, []))
+        consume_slot(slots, node, requests)
+        self.set(gang, slots, self.holds_off.get(gang))
+
+
+def gang_key(text: str, kind: GroupKind = GroupKind.COSCHEDULING) -> GangKey:
+    """The key of gang ``namespace/name`` (a scheduler-plugins PodGroup unless ``kind`` says otherwise)."""
+    namespace, _, name = text.partition("/")
+    return GangKey(GroupRef(kind, namespace, name))

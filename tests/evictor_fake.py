@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from extender.cluster.model import PodRecord
 from extender.engine.ports import EVICTION_OUTCOMES, EvictionOutcome
+from extender.model.cluster import PodRecord
 
 
 @dataclass(frozen=True)

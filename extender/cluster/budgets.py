@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender.cluster.model import PodRecord, Requirement
 from extender.errors import ObjectError
+from extender.model.cluster import PodRecord, Requirement
 
 BudgetKey = tuple[str, str]  # (namespace, name)
 

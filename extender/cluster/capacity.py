@@ -13,15 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from extender.cluster.model import GangKey, NodeRecord
-from extender.cluster.quantity import Resources, add_into
-from extender.cluster.reservations import Reservations
+from extender.cluster.reservations import ReservedCapacity
+from extender.model.cluster import NodeRecord
+from extender.model.gang import GangKey
+from extender.model.quantity import Resources, add_into
 
 
-def free_on(node: NodeRecord, used: Mapping[str, int] | None, reservations: Reservations, for_gang: GangKey | None,
+def free_on(node: NodeRecord, used: Mapping[str, int] | None, reservations: ReservedCapacity, for_gang: GangKey | None,
             include_own: bool = True, priority: int | None = None) -> Resources:
     """``node``'s allocatable less ``used`` (the requests of the pods placed there) less what
-    ``reservations`` keep from ``for_gang`` (``Reservations.take_from``); a new dict."""
+    ``reservations`` keep from ``for_gang`` (``ReservedCapacity.take_from``); a new dict."""
     free = dict(node.allocatable)
     if used:
         add_into(free, used, -1)
@@ -43,11 +44,11 @@ class Capacity:
 
     ``used`` maps a node to the requests placed there (the mirror replaces a node's entry on every
     change, never changes one in place, so a shallow copy of its table is a snapshot); ``reservations``
-    is a ``Reservations.copy``."""
+    is a ``ReservedCapacity.copy``."""
 
     gang: GangKey | None
     used: Mapping[str, Mapping[str, int]]
-    reservations: Reservations
+    reservations: ReservedCapacity
 
     def free(self, node: NodeRecord) -> Resources:
         """What ``ClusterMirror.free(node.name, gang)`` answered when this copy was made."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from sortedcontainers import SortedList
 
-from extender.cluster.model import GangKey
+from extender.model.gang import GangKey
 
 
 class CpuOrder:

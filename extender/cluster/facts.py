@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.cluster.groups import PodLink, pod_link
-from extender.cluster.model import Placement, PodRecord
 from extender.cluster.records import linked_pod_record, placement_from_spec
 from extender.cluster.signature import signature
+from extender.model.cluster import Placement, PodRecord
 
 
 class PodFacts:

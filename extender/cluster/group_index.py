@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from extender.cluster.groups import GROUP_PARSERS, GroupMeta, group_meta
-from extender.cluster.model import GangPolicy, GroupKind, GroupRef
+from extender.model.gang import GangPolicy, GroupKind, GroupRef
 
 ObjectKey = tuple[str, str]  # (namespace, name) of a group object
 Parsed = tuple[tuple[GroupKind, ObjectKey], dict[GroupRef, GangPolicy | None], GroupMeta]

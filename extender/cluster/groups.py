@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.cluster.model import GangKey, GangOrder, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef, Parsed
-from extender.cluster.topology import from_group_annotations, from_podgroup
+from extender.cluster.topology_constraints import from_group_annotations, from_podgroup
 from extender.errors import GroupError
+from extender.model.gang import GangKey, GangOrder, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef, Parsed
 
 WORKLOAD_API = ("scheduling.k8s.io", "v1alpha1", "workloads")
 COSCHEDULING_API = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender.cluster.model import TopologyConstraint
 from extender.labelkeys import HOSTNAME, label_key_problem
+from extender.model.gang import TopologyConstraint
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 TOPOLOGY_RESOURCE = "topologies"

@@ -1,11 +1,13 @@
 """ClusterMirror: the in-memory view of the cluster the hot path reads (no I/O).
 
 Owns: compact records of Nodes, Pods and group definitions, fed by watch events (or a snapshot);
-per-node capacity in use (bound pods, pods this extender assumed while binding or holding them); the
-reservations of admitted gangs (``Reservations`` derives per-node totals from the gangs' slots); and
-a *generation* per node, bumped on every change that can alter whether a pod fits that node, with a
-bounded change log so caches refresh only the nodes that changed. Must not: call the API server,
-decide gang rules, or cache filter results.
+per-node capacity in use (bound pods, pods this extender assumed while binding or holding them); an
+index of pods by the gang they link to; what gangs hold in reserve per node (``ReservedCapacity``,
+derived from the slots the gang ledger's records own and set through ``set_reservation``); and a
+*generation* per node, bumped on every change that can alter whether a pod fits that node, with a
+bounded change log so caches refresh only the nodes that changed. It tells one listener (the gang
+ledger, ``notify_member_bound``) of each gang member another binder bound, under its lock. Must not:
+call the API server, decide gang rules, keep gang state, or cache filter results.
 
 Thread safety: every method that changes state or walks a collection takes ``self.lock`` (an RLock);
 the point reads (``pod_by_uid``, ``pod_count``, ``member_count``, ``is_member``, ``free``,
@@ -21,16 +23,18 @@ import dataclasses
 import threading
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from extender.cluster.capacity import Capacity, free_on, with_requests
 from extender.cluster.cpu_order import CpuOrder
 from extender.cluster.group_index import GroupIndex, ObjectKey
 from extender.cluster.groups import GroupMeta
-from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord
-from extender.cluster.quantity import CPU, Resources
 from extender.cluster.records import node_record, pod_record
-from extender.cluster.reservations import Reservations, Slot
+from extender.cluster.reservations import ReservedCapacity, Slot
+from extender.model.cluster import NodeRecord, PodRecord
+from extender.model.gang import GangKey, GangPolicy, GroupKind, GroupRef
+from extender.model.quantity import CPU, Resources
 
 CHANGE_LOG_SIZE = 8192
 """How many node changes a cache may lag behind and still refresh incrementally."""
@@ -39,8 +43,9 @@ CHANGE_LOG_SIZE = 8192
 class ClusterMirror:
     """The single owner of cluster state inside the extender process."""
 
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
+    def __init__(self, lock: AbstractContextManager[Any] | None = None) -> None:
+        """``lock``: a re-entrant lock to guard it (a test counts its acquisitions); default a new RLock."""
+        self.lock: Any = lock if lock is not None else threading.RLock()
         self.generation = 0
         self.nodes: dict[str, NodeRecord] = {}
         self._node_generation: dict[str, int] = {}
@@ -51,11 +56,11 @@ class ClusterMirror:
         self._assumed: dict[str, str] = {}  # uid -> node, for binds not yet seen in the watch
         self._used: dict[str, Resources] = {}  # node -> requests of the pods placed there; replaced, never changed
         self._free_cpu: dict[str, int] = {}  # known node -> allocatable cpu less its _used cpu
-        self._bound_gangs: set[GangKey] | None = None  # gangs a member of which another binder bound
+        self._member_bound: Callable[[PodRecord], None] = lambda _pod: None  # ``notify_member_bound``
         self._members: dict[GangKey, set[str]] = {}
         self._tried: dict[str, GangKey] = {}  # unbound gang members kube-scheduler found no node for
         self._groups = GroupIndex()  # group objects, the gang policies they define, their changes
-        self._reservations = Reservations(self._touch)  # what admitted gangs hold for members to come
+        self._reservations = ReservedCapacity(self._touch)  # what gangs hold for members to come
         self._order = CpuOrder(lambda node, gang: None if node not in self._free_cpu else
                                self._reservations.cpu_left(node, self._free_cpu[node], gang),
                                lambda: self.free_cpu_by_node(None))
@@ -170,10 +175,7 @@ class ClusterMirror:
                 del self._assumed[record.uid]  # the bind we made is now visible
             elif (record.node_name and record.gang is not None and not record.terminal
                   and record.uid not in self._assumed and not (old is not None and old.node_name)):
-                # Bound by another binder (filter-gated, or foreign): it takes a reserved place, counted once
-                self._reservations.use(record.gang, record.node_name, record.requests)
-                if self._bound_gangs is not None:
-                    self._bound_gangs.add(record.gang)
+                self._member_bound(record)  # bound by another binder (filter-gated, or foreign): told once
             self._pods[record.uid] = record
             self._uid_by_key[record.key] = record.uid
             self._account(record, +1)
@@ -207,11 +209,10 @@ class ClusterMirror:
             pod = self._pods.get(uid)
             return self._placement(pod) if pod else ""
 
-    def take_bound_gangs(self) -> set[GangKey]:
-        """Gangs a member of which another binder bound since the last call (recorded from the first on)."""
-        with self.lock:
-            taken, self._bound_gangs = self._bound_gangs or set(), set()
-            return taken
+    def notify_member_bound(self, listener: Callable[[PodRecord], None]) -> None:
+        """Call ``listener`` (under the lock, from ``upsert_pod``) with each gang member that a watch event
+        shows bound by another binder: not a bind this extender assumed, and not bound before."""
+        self._member_bound = listener
 
     def tried_gangs(self) -> set[GangKey]:
         """Gangs with an unbound member kube-scheduler tried and found no node for."""
@@ -335,34 +336,12 @@ class ClusterMirror:
             return iter(list(self._members))
 
     # ------------------------------------------------------------------------------ reservations
-    def reserve(self, gang: GangKey, slots: Iterable[Slot], *, draining: bool = False, priority: int = 0) -> None:
-        """Make ``slots`` the whole of what ``gang`` holds in reserve (none: release it all); ``draining``: kept
-        as busy capacity frees, behind admitted reservations, from pods of ``priority`` or lower (``take_from``)."""
+    def set_reservation(self, gang: GangKey, slots: Iterable[Slot], holds_off: int | None = None) -> None:
+        """What ``gang`` holds in reserve is now ``slots`` (none: nothing); ``holds_off``: a draining one, kept
+        as busy capacity frees, behind admitted reservations, from pods of that priority or lower
+        (``ReservedCapacity``). The gang ledger's apply step is the only caller: its records own the slots."""
         with self.lock:
-            self._reservations.replace(gang, slots, draining=draining, priority=priority)
-
-    def reserve_more(self, gang: GangKey, slots: Iterable[Slot]) -> None:
-        with self.lock:
-            self._reservations.add(gang, slots)
-
-    def trim_reservation(self, gang: GangKey, count: int) -> None:
-        """Keep only the first ``count`` of the gang's slots."""
-        with self.lock:
-            self._reservations.keep(gang, count)
-
-    def use_reservation(self, gang: GangKey, node: str, requests: Resources) -> None:
-        """A member of ``gang`` is placed on ``node``: the slot it takes is no longer reserved."""
-        with self.lock:
-            self._reservations.use(gang, node, requests)
-
-    def reserved_slots(self, gang: GangKey) -> tuple[Slot, ...]:
-        with self.lock:
-            return self._reservations.slots(gang)
-
-    def reserved_count(self, gang: GangKey) -> int:
-        """How many members ``gang`` holds places for."""
-        with self.lock:
-            return self._reservations.count(gang)
+            self._reservations.set(gang, slots, holds_off)
 
     def reservation(self, gang: GangKey) -> dict[str, Resources]:
         """What ``gang`` holds in reserve on each node."""
@@ -377,7 +356,7 @@ class ClusterMirror:
     # ---------------------------------------------------------------------------------- capacity
     def free(self, node: str, for_gang: GangKey | None, *, include_own_reservation: bool = True,
              priority: int | None = None) -> Resources:
-        """Allocatable less used less what reservations keep from ``for_gang`` (``Reservations.take_from``:
+        """Allocatable less used less what reservations keep from ``for_gang`` (``ReservedCapacity.take_from``:
         a draining one only beyond admitted ones, and not from a pod of higher ``priority``; None: any pod);
         ``include_own_reservation=False`` subtracts the gang's own reservation too (what is free outside it)."""
         return free_on(self.nodes[node], self._used.get(node), self._reservations, for_gang, include_own_reservation,

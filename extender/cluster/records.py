@@ -14,19 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.cluster.groups import PodLink, pod_link
-from extender.cluster.model import (
-    NO_PLACEMENT,
-    NONE,
-    NodeRecord,
-    Placement,
-    PodRecord,
-    Requirement,
-    Taint,
-    Toleration,
-)
-from extender.cluster.quantity import PODS, Resources, add_into, parse_resources
-from extender.cluster.topology import from_pod
+from extender.cluster.topology_constraints import from_pod
 from extender.errors import RecordError
+from extender.model.cluster import NO_PLACEMENT, NodeRecord, Placement, PodRecord, Requirement, Taint, Toleration
+from extender.model.gang import NONE
+from extender.model.quantity import PODS, Resources, add_into, parse_resources
 
 
 def _dict(value: object) -> Mapping[str, Any]:

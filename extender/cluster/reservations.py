@@ -1,13 +1,12 @@
-"""Reservations: the capacity admitted gangs hold on nodes for their members still to come (pure).
+"""ReservedCapacity: what gangs hold in reserve on each node, as capacity checks subtract it (pure).
 
-Owns: per gang, its reservation *slots* (a node and the requests of one member that will go there),
-and the per-node totals derived from them, which capacity checks subtract; which reservations are
-*draining* ones (the head gang's, kept as busy capacity frees), the priority each holds against (a
-pod of higher priority is not kept out by it) and how much of those a capacity check subtracts
-(``draining_share``: only what is free beyond admitted reservations). The slots are the only
-record: the totals are recomputed from them on every change, so the two cannot drift apart. Must
-not: decide which gang reserves what (the ledger does), take locks (the mirror calls it under its
-own) or know about pods.
+Owns: the per-node totals of every gang's reservation and the priority up to which a draining one keeps
+capacity, derived from the slots each gang's record holds (``gangs.record.Reservation``, the only record
+of them: ``set`` replaces a gang's totals whole from its slots, so the two cannot drift apart); how much
+of those a capacity check subtracts (``take_from``: admitted reservations whole, draining ones only for
+``draining_share``). Helpers on slots themselves (``per_node``, ``consume_slot``). Must not: keep slots,
+decide which gang reserves what (the gang ledger does), take locks (the mirror calls it under its own)
+or know about pods.
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from extender.cluster.fit import shortfall
-from extender.cluster.model import GangKey
-from extender.cluster.quantity import CPU, Resources, add_into
+from extender.model.gang import GangKey
+from extender.model.quantity import CPU, Resources, add_into
 
 Slot = tuple[str, Resources]
 """One reserved place: (node name, the requests of the member it is kept for)."""
@@ -41,25 +40,23 @@ def consume_slot(slots: list[Slot], node: str, requests: Mapping[str, int]) -> N
     del slots[index]
 
 
-class Reservations:
-    """Every gang's reservation slots and the per-node totals derived from them."""
+class ReservedCapacity:
+    """Every gang's reserved totals per node, derived from its slots."""
 
     def __init__(self, touched: Callable[[str], None]) -> None:
         """``touched(node)``: called for every node whose reserved total changed."""
         self._touched = touched
-        self._slots: dict[GangKey, tuple[Slot, ...]] = {}
-        self._on_node: dict[str, dict[GangKey, Resources]] = {}  # node -> gang -> total (derived)
-        self._nodes: dict[GangKey, frozenset[str]] = {}  # gang -> nodes it reserves on (derived)
+        self._on_node: dict[str, dict[GangKey, Resources]] = {}  # node -> gang -> total
+        self._nodes: dict[GangKey, frozenset[str]] = {}  # gang -> nodes it reserves on
         self._draining: dict[GangKey, int] = {}  # gangs whose reservation waits for capacity to free -> priority
 
     # ---------------------------------------------------------------------------------- changes
-    def replace(self, gang: GangKey, slots: Iterable[Slot], *, draining: bool = False, priority: int = 0) -> None:
-        """Make ``slots`` the whole of the gang's reservation (none: it holds nothing). ``draining``: a
-        gang not admitted keeps them as capacity frees (``draining_share``), not out of free capacity,
-        and only from pods of ``priority`` or lower (a higher-priority pod goes first, as it would in the
-        order)."""
-        kept = tuple((node, dict(requests)) for node, requests in slots)
-        totals = {node: amount for node, amount in per_node(kept).items() if amount}
+    def set(self, gang: GangKey, slots: Iterable[Slot], holds_off: int | None = None) -> None:
+        """Make the totals of ``slots`` the whole of the gang's reservation (none: it holds nothing).
+        ``holds_off``: a draining reservation (a gang not admitted) kept as capacity frees
+        (``draining_share``), not out of free capacity, and only from pods of that priority or lower (a
+        higher-priority pod goes first, as it would in the order); None: an admitted one, kept whole."""
+        totals = {node: amount for node, amount in per_node(slots).items() if amount}
         was_draining, before = self._draining.get(gang), self._nodes.get(gang, frozenset())
         for node in before.difference(totals):
             by_gang = self._on_node[node]
@@ -72,56 +69,28 @@ class Reservations:
             if by_gang.get(gang) != amount:
                 by_gang[gang] = amount
                 self._touched(node)
-        if kept:
-            self._slots[gang] = kept
+        if totals:
             self._nodes[gang] = frozenset(totals)
         else:
-            self._slots.pop(gang, None)
             self._nodes.pop(gang, None)
-        if kept and draining:
-            self._draining[gang] = priority
+        if totals and holds_off is not None:
+            self._draining[gang] = holds_off
         else:
             self._draining.pop(gang, None)
         if self._draining.get(gang) != was_draining:  # what other gangs see changed on every node of it
             for node in before.union(totals):
                 self._touched(node)
 
-    def _resize(self, gang: GangKey, slots: Iterable[Slot]) -> None:
-        """``replace`` keeping whether the reservation drains, and for which priority."""
-        drain = self._draining.get(gang)
-        self.replace(gang, slots, draining=drain is not None, priority=drain or 0)
-
-    def add(self, gang: GangKey, slots: Iterable[Slot]) -> None:
-        self._resize(gang, (*self.slots(gang), *slots))
-
-    def keep(self, gang: GangKey, count: int) -> None:
-        """Keep only the gang's first ``count`` slots."""
-        self._resize(gang, self.slots(gang)[:max(count, 0)])
-
-    def use(self, gang: GangKey, node: str, requests: Mapping[str, int]) -> None:
-        """A member of ``gang`` landed on ``node``: drop the slot it used (``consume_slot``)."""
-        slots = list(self.slots(gang))
-        if slots:
-            consume_slot(slots, node, requests)
-            self._resize(gang, slots)
-
-    def copy(self) -> Reservations:
+    def copy(self) -> ReservedCapacity:
         """A copy that no later change reaches (its own ``touched`` does nothing): the per-node tables are
-        copied, the totals, slots and node sets they hold are never changed in place, only replaced."""
-        copied = Reservations(lambda _node: None)
-        copied._slots = dict(self._slots)
+        copied, the totals and node sets they hold are never changed in place, only replaced."""
+        copied = ReservedCapacity(lambda _node: None)
         copied._on_node = {node: dict(by_gang) for node, by_gang in self._on_node.items()}
         copied._nodes = dict(self._nodes)
         copied._draining = dict(self._draining)
         return copied
 
     # ---------------------------------------------------------------------------------- queries
-    def slots(self, gang: GangKey) -> tuple[Slot, ...]:
-        return self._slots.get(gang, ())
-
-    def count(self, gang: GangKey) -> int:
-        return len(self._slots.get(gang, ()))
-
     def nodes(self, gang: GangKey) -> frozenset[str]:
         """The nodes where ``gang`` holds a reservation."""
         return self._nodes.get(gang, frozenset())
@@ -136,10 +105,6 @@ class Reservations:
 
     def by_node(self) -> Iterator[tuple[str, Mapping[GangKey, Resources]]]:
         return iter(self._on_node.items())
-
-    def draining(self, gang: GangKey) -> bool:
-        """Whether the gang's reservation is a draining one (``replace(..., draining=True)``)."""
-        return gang in self._draining
 
     def _holds_off(self, gang: GangKey, priority: int | None) -> bool:
         """Whether ``gang``'s draining reservation keeps capacity from a pod of ``priority`` (None: any)."""

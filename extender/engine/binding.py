@@ -1,10 +1,11 @@
-"""BindingVerbs: the bind use case and the releases of gang quorums (no HTTP, no kubernetes client).
+"""Binding: the bind verb and the releases of gang quorums (no HTTP, no kubernetes client).
 
-Owns: answering a bind request (the pod read from the mirror, or once from the API server; the
-request believed for nothing: schedulerName, uid and the node are checked), holding it at its gang's
-barrier until the ledger releases the quorum, binding a released quorum in parallel (written down
-first when a release log is wired, so a crash halfway is finished by whoever comes next), finishing
-a release a crash interrupted, and binding the quorums a policy change completed. Must not: parse
+Owns: answering a bind request (the pod read from the mirror, or once from the API server; the request
+believed for nothing: schedulerName, uid and the node are checked), holding it at its gang's barrier
+until the ledger releases the quorum, binding a released quorum in parallel (written down first when a
+release log is wired, so a crash halfway is finished by whoever comes next), and finishing a release a
+previous process or leader left open (``resume_release``: bound to the recorded nodes after a restart;
+``let_through``: its members pass the barrier at their next bind after a takeover). Must not: parse
 HTTP or JSON, import Flask or kubernetes, or call the API server except through ``Binder``.
 
 Trust: every bind, held or not, is answered (its Bindings sent) within the caller's timeout, counted
@@ -20,18 +21,23 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GangKey, PodRecord
-from extender.engine.ports import Binder, ReleaseLog
+from extender.engine.ports import Binder, OpenRelease, ReleaseLog
 from extender.engine.requests import BindArgs
 from extender.errors import BindError, ObjectError, ReleaseNotRecordedError
-from extender.gangs.ledger import BindAction, GangLedger
-from extender.gangs.state import Hold
+from extender.gangs.ledger import BindAction, GangLedger, Release
+from extender.gangs.record import Hold
+from extender.model import messages
+from extender.model.cluster import PodRecord
+from extender.model.gang import GangKey
 
 log = logging.getLogger(__name__)
 
+BINDING_TIMEOUT = 10.0
+"""Seconds a Binding made for no held request (a restart's resume) may take."""
 
-class BindingVerbs:
-    """The bind verb and releases; ``Engine`` adds the filter and prioritize verbs over it."""
+
+class Binding:
+    """The bind verb and the releases."""
 
     def __init__(self, mirror: ClusterMirror, ledger: GangLedger, binder: Binder,
                  *, bind_parallelism: int = 32, clock: Callable[[], float] = time.monotonic,
@@ -49,15 +55,16 @@ class BindingVerbs:
         self.scheduler_names = scheduler_names
         self.answer_margin = answer_margin
         self.may_act = may_act
+        self.hold_seconds = ledger.settings.hold_seconds
         self._bind_pool = ThreadPoolExecutor(max_workers=max(1, bind_parallelism),
                                              thread_name_prefix="gang-bind")
 
-    def close(self) -> None:
-        self._bind_pool.shutdown(wait=False, cancel_futures=True)
+    def close(self, wait: bool = False) -> None:
+        self._bind_pool.shutdown(wait=wait, cancel_futures=not wait)
 
-    def sweep(self, min_interval: float = 0.0) -> None:
-        """The ledger's sweep; binds, in the background, the quorums a policy change completed."""
-        for release in self.ledger.sweep(min_interval, release=True):
+    def start_releases(self, releases: Sequence[Release]) -> None:
+        """Bind, in the background, the quorums a sweep released (a policy change completed them)."""
+        for release in releases:
             threading.Thread(target=self._release, args=(release.gang, release.holds), name="gang-release",
                              daemon=True).start()
 
@@ -67,41 +74,37 @@ class BindingVerbs:
         ``arrival``: when the request reached the process (engine clock; default now). The answer, and
         every Binding made for it, comes before ``arrival`` + the caller's timeout."""
         arrival = self.clock() if arrival is None else arrival
-        if self.ledger.filter_gated:
-            return (f"pod {args.pod_namespace}/{args.pod_name} was not bound: gang-extender runs filter-gated "
-                    "(--bind-mode filter-gated) and never binds; remove bindVerb from its extenders entry")
+        refusal = self.ledger.bind_refusal(args.pod_namespace, args.pod_name)
+        if refusal:
+            return refusal
         pod = self.mirror.pod(args.pod_namespace, args.pod_name)
         if pod is None:
-            time_left = arrival + self.ledger.hold_seconds - self.clock()
+            time_left = arrival + self.hold_seconds - self.clock()
             if time_left <= 0:
-                return f"pod {args.pod_namespace}/{args.pod_name} is not known yet and the request has no time left"
+                return messages.pod_unknown_no_time(args.pod_namespace, args.pod_name)
             try:
                 raw = self.binder.read_pod(args.pod_namespace, args.pod_name, time_left)
             except BindError as exc:
-                return f"cannot read pod {args.pod_namespace}/{args.pod_name}: {exc}"
+                return messages.pod_unreadable(args.pod_namespace, args.pod_name, exc)
             if raw is None:
-                return f"pod {args.pod_namespace}/{args.pod_name} does not exist"
+                return messages.pod_missing(args.pod_namespace, args.pod_name)
             try:
                 pod = self.mirror.upsert_pod(raw)
             except ObjectError as exc:
-                return f"pod {args.pod_namespace}/{args.pod_name} cannot be read: {exc}"
+                return messages.pod_malformed(args.pod_namespace, args.pod_name, exc)
         if self.scheduler_names is not None and pod.scheduler_name not in self.scheduler_names:
-            return (f"pod {args.pod_namespace}/{args.pod_name} has schedulerName {pod.scheduler_name!r}, which "
-                    f"gang-extender does not serve (--scheduler-names {','.join(sorted(self.scheduler_names))})")
+            return messages.scheduler_not_served(pod, self.scheduler_names)
         if args.pod_uid and pod.uid != args.pod_uid:
-            return (f"pod {args.pod_namespace}/{args.pod_name} has uid {pod.uid}, not {args.pod_uid}: "
-                    "it was re-created")
+            return messages.uid_mismatch(pod, args.pod_uid)
         if pod.node_name:
-            if pod.node_name == args.node:
-                return ""
-            return f"pod {args.pod_namespace}/{args.pod_name} is already bound to {pod.node_name}"
+            return "" if pod.node_name == args.node else messages.already_bound(pod, pod.node_name)
         gang, policy = self.ledger.gang_of(pod)
         decision = self.ledger.on_bind(pod, args.node, policy if gang is not None else None, arrival)
         if decision.action is BindAction.REJECT:
             return decision.error
         if decision.action is BindAction.NOW:
-            error = (self._bind_one(pod, args.node, arrival + self.ledger.hold_seconds) if self.may_act() else
-                     "this gang-extender replica lost its leadership while answering; kube-scheduler retries")
+            error = self._bind_one(pod, args.node, arrival + self.hold_seconds) if self.may_act() else \
+                messages.LOST_LEADERSHIP_ANSWERING
             self.ledger.bound(pod, error)
             return error
         assert decision.hold is not None and gang is not None
@@ -112,20 +115,19 @@ class BindingVerbs:
     def _bind_one(self, pod: PodRecord, node: str, answer_by: float | None = None) -> str:
         """One Binding; with ``answer_by`` it is given up (an error) if it cannot finish within half the
         answer margin after that moment, so the reply still reaches the caller in time."""
-        timeout = 10.0
+        timeout = BINDING_TIMEOUT
         if answer_by is not None:
             timeout = answer_by + self.answer_margin / 2 - self.clock()
             if timeout <= 0:
-                return (f"binding pod {pod.namespace}/{pod.name} to {node} was not attempted: kube-scheduler's "
-                        "httpTimeout for this request had (almost) passed; it retries the pod")
+                return messages.binding_not_attempted_late(pod, node)
         try:
             self.binder.bind(pod.namespace, pod.name, pod.uid, node, timeout)
         except BindError as exc:
             log.warning("bind %s/%s -> %s failed: %s", pod.namespace, pod.name, node, exc)
-            return f"binding pod {pod.namespace}/{pod.name} to {node} failed: {exc}"
+            return messages.binding_failed(pod, node, exc)
         except Exception as exc:  # a bug must not leave a release's holds unanswered
             log.exception("bind %s/%s -> %s failed", pod.namespace, pod.name, node)
-            return f"binding pod {pod.namespace}/{pod.name} to {node} failed: {type(exc).__name__}: {exc}"
+            return messages.binding_failed(pod, node, f"{type(exc).__name__}: {exc}")
         return ""
 
     def _release(self, gang: GangKey, holds: Sequence[Hold]) -> None:
@@ -134,12 +136,11 @@ class BindingVerbs:
         if self.release_log is not None:
             try:
                 release_id = self.release_log.opened(
-                    str(gang), [(h.pod.namespace, h.pod.name, h.pod.uid, h.node) for h in holds])
+                    gang, [(h.pod.namespace, h.pod.name, h.pod.uid, h.node) for h in holds])
             except Exception as exc:  # not recorded (not the leader, fenced, full) or a failing journal
                 if not isinstance(exc, ReleaseNotRecordedError):
                     log.exception("gang %s: writing its release down failed", gang)
-                self.ledger.unrelease(gang, list(holds), f"gang {gang} was not released: {exc}; nothing was bound "
-                                      "and kube-scheduler retries its members")
+                self.ledger.unrelease(gang, list(holds), messages.release_not_recorded(gang, exc))
                 return
         try:
             errors = list(self._bind_pool.map(self._bind_held, holds))
@@ -152,28 +153,35 @@ class BindingVerbs:
         """One Binding of a release, by the leader only: a replica deposed midway stops binding (the
         release stays open on the Lease, and the next leader lets the rest through)."""
         if not self.may_act():
-            return (f"binding pod {hold.pod.namespace}/{hold.pod.name} was not attempted: this gang-extender "
-                    "replica lost its leadership during the release; kube-scheduler retries it")
+            return messages.binding_not_attempted_deposed(hold.pod)
         return self._bind_one(hold.pod, hold.node, hold.answer_by)
 
-    def resume_release(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> dict[str, str]:
-        """Finish a release a crash interrupted: bind each listed member (namespace, name, uid, node)
-        that is still pending, is the same pod (uid) and still has room on its node; a member that needs
-        volume or claim preparation is not bound here (kube-scheduler's attempt that prepared it is gone)
-        but passes the barrier at its next bind. Returns ``namespace/name`` -> "" (bound now) or why not."""
+    def _await(self, gang: GangKey, hold: Hold) -> str:
+        """Wait for the held bind's answer, letting the ledger expire the gang's holds when they are due."""
+        due = self.ledger.due(gang)
+        while not hold.wait(max((due if due is not None else self.clock() + 0.1) - self.clock(), 0) + 0.01):
+            due = self.ledger.expire(gang)
+        return hold.result or ""
+
+    # ------------------------------------------------------------------ releases left open
+    def resume_release(self, release: OpenRelease) -> dict[str, str]:
+        """Finish a release a crash interrupted: bind each listed member (namespace, name, uid, node) that is
+        still pending, is the same pod (uid) and still has room on its node; a member that needs volume or
+        claim preparation is not bound here (kube-scheduler's attempt that prepared it is gone) but passes
+        the barrier at its next bind. Returns ``namespace/name`` -> "" (bound now) or why not."""
         outcomes: dict[str, str] = {}
         todo: list[tuple[PodRecord, str]] = []
         later: list[PodRecord] = []
-        for namespace, name, uid, node in pods:
+        for namespace, name, uid, node in release.pods:
             key = f"{namespace}/{name}"
             pod = self.mirror.pod_by_uid(uid)
             if pod is None:
-                outcomes[key] = "gone (deleted or re-created)"
+                outcomes[key] = messages.RESUME_GONE
             elif pod.node_name == node:
-                outcomes[key] = "already bound"
+                outcomes[key] = messages.RESUME_ALREADY_BOUND
             elif pod.needs_preparation and not pod.node_name:
                 later.append(pod)
-                outcomes[key] = "needs volume or claim preparation: passes the barrier at its next bind"
+                outcomes[key] = messages.RESUME_NEEDS_PREPARATION
             else:
                 error = self.ledger.resume(pod, node)
                 if error:
@@ -185,14 +193,26 @@ class BindingVerbs:
             self.ledger.bound(pod, error)
             outcomes[f"{pod.namespace}/{pod.name}"] = error
         bound = [pod for (pod, _), error in zip(todo, errors, strict=True) if not error]
-        self.ledger.resumed(gang, bound)
-        self.ledger.approve(gang, later)
+        gang = _gang_of(release, [pod for pod, _ in todo] + later)
+        if gang is not None:
+            self.ledger.resumed(gang, bound)
+            self.ledger.approve(gang, later)
         return outcomes
 
-    def _await(self, gang: GangKey, hold: Hold) -> str:
-        """Wait for the held bind's answer, letting the ledger expire the gang's holds when they are due."""
-        due = self.ledger.due(gang)
-        while not hold.done.wait(timeout=max((due if due is not None else self.clock() + 0.1) - self.clock(), 0)
-                                 + 0.01):
-            due = self.ledger.expire(gang)
-        return hold.result or ""
+    def let_through(self, release: OpenRelease) -> frozenset[str]:
+        """A release a previous leader started and did not finish (its intent on the Lease): its unbound
+        members pass the barrier at their next bind request. Returns their uids."""
+        with self.mirror.lock:
+            pods = [pod for member in release.pods
+                    if (pod := self.mirror.pod_by_uid(member[2])) is not None and not pod.node_name]
+        gang = _gang_of(release, pods)
+        if gang is not None:
+            self.ledger.approve(gang, pods)
+        return frozenset(pod.uid for pod in pods)
+
+
+def _gang_of(release: OpenRelease, pods: Sequence[PodRecord]) -> GangKey | None:
+    """The release's gang as written down, else (a release written by an older version) its members'."""
+    if release.gang is not None:
+        return release.gang
+    return next((pod.gang for pod in pods if pod.gang is not None), None)

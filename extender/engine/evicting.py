@@ -1,6 +1,6 @@
 """Running the evictions the ledger decides for a preempting gang (no HTTP, no kubernetes client).
 
-Owns: taking the ledger's eviction orders after a sweep, running each on a thread of its own outside
+Owns: running the eviction orders a sweep of the ledger returns, each on a thread of its own outside
 the mirror's lock, one victim unit after another (a unit whose eviction fails stops the order, so no
 further unit is disturbed for a preemption that will not happen), and telling the ledger what failed.
 Must not: choose victims (``gangs.victims``), check disruption budgets or the eviction bound (the
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from extender.cluster.model import PodRecord
 from extender.engine.ports import Evictor
+from extender.gangs.effects import EvictionOrder
 from extender.gangs.ledger import GangLedger
-from extender.gangs.preempting import EvictionOrder
+from extender.model.cluster import PodRecord
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,8 @@ class Evictions:
         self.evictor = evictor
         self.may_act = may_act
 
-    def start(self) -> None:
-        for order in self.ledger.take_evictions():
+    def start(self, orders: Sequence[EvictionOrder]) -> None:
+        for order in orders:
             threading.Thread(target=self.run, args=(order,), name="gang-evict", daemon=True).start()
 
     def run(self, order: EvictionOrder) -> None:
@@ -43,7 +43,7 @@ class Evictions:
             if not self.may_act():
                 failed += [(pod, "this replica no longer leads") for pod in unit.pods]
                 break
-            if not self.ledger.order_wanted(order.gang):
+            if not self.ledger.eviction_wanted(order.gang):
                 log.info("preemption for gang %s: no longer wanted, %s and later units spared", order.gang, unit.key)
                 break
             outcomes = self.evictor.evict(unit.pods, f"gang {order.gang}", order.reason)

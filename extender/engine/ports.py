@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from extender.cluster.model import PodRecord
+from extender.model.cluster import PodRecord
+from extender.model.gang import GangKey
 
 
 class Binder(Protocol):
@@ -24,11 +25,23 @@ class Binder(Protocol):
         """The pod from the API server (None: it does not exist); give up after ``timeout`` seconds."""
 
 
+class OpenRelease(Protocol):
+    """A release written down and not closed, as read back after a restart or a takeover."""
+
+    @property
+    def gang(self) -> GangKey | None:
+        """Its gang (None: written by a version that recorded no typed key)."""
+
+    @property
+    def pods(self) -> Sequence[tuple[str, str, str, str]]:
+        """Its members: (namespace, name, uid, the node kube-scheduler chose)."""
+
+
 class ReleaseLog(Protocol):
     """Where the engine writes a release down before its first Binding (the release journal, or the
     intents on the leader's Lease)."""
 
-    def opened(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> int:
+    def opened(self, gang: GangKey, pods: Sequence[tuple[str, str, str, str]]) -> int:
         """Record the release; raises ReleaseNotRecordedError when it is not known to be recorded."""
 
     def closed(self, release_id: int) -> None: ...

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.cluster.facts import PodFacts
-from extender.cluster.model import PodRecord
 from extender.errors import ObjectError, ProtocolError
+from extender.model.cluster import PodRecord
 
 MAX_NODE_NAME = 253  # a Node's name is a DNS subdomain (RFC 1123): at most 253 characters
 

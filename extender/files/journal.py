@@ -7,11 +7,12 @@ decision — every held member and the node kube-scheduler chose for it — is a
 the first Binding and marked done after the last; on restart the extender reads the releases that
 never finished and binds their remaining members before it answers any request.
 
-Owns: the journal file: one JSON line per release (``{"release": id, "gang": ..., "pods": [[namespace,
-name, uid, node], ...]}``) and per finished release (``{"done": id}``); emptying it when no release is
-open and it has grown past a size; reading back the unfinished releases (a torn last line is ignored).
-Must not: decide anything about gangs or bind pods (the engine does, from what this returns), or
-raise into the release path (a journal that cannot be written is logged and the release goes on).
+Owns: the journal file: one JSON line per release (``{"release": id, "gang": {kind, namespace, name,
+podGroup, replica}, "pods": [[namespace, name, uid, node], ...]}``) and per finished release (``{"done":
+id}``); emptying it when no release is open and it has grown past a size; reading back the unfinished
+releases (a torn last line is ignored). Must not: decide anything about gangs or bind pods (the engine
+does, from what this returns), or raise into the release path (a journal that cannot be written is
+logged and the release goes on).
 
 Durability: lines go through ``linefile.AppendOnlyLines`` (one ``write(2)`` each, no fsync): they
 survive a crash of the process (kill -9, OOM), which is the failure this guards against, not the loss
@@ -30,6 +31,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from extender.files.linefile import AppendOnlyLines
+from extender.model.gang import GangKey
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +52,16 @@ class Release:
     """A release that was started and not marked done: the quorum's members and their nodes."""
 
     id: int
-    gang: str
+    gang: GangKey | None  # None: written by a version that named gangs by a string
     pods: tuple[JournalPod, ...]
+
+
+def read_gang(value: object) -> GangKey | None:
+    """A release's gang as written down: a key (``GangKey.to_json``), or None for the string an older
+    version wrote (the engine takes the gang from the release's members then); ValueError otherwise."""
+    if value is None or isinstance(value, str):
+        return None
+    return GangKey.from_json(value)
 
 
 class ReleaseJournal:
@@ -64,12 +74,12 @@ class ReleaseJournal:
         self._open: set[int] = {release.id for release in self.unfinished}
         self._lines = AppendOnlyLines(self.path, 0o600)
 
-    def opened(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> int:
+    def opened(self, gang: GangKey, pods: Sequence[tuple[str, str, str, str]]) -> int:
         """Record a release about to start; returns its id for ``closed`` (0: not recorded)."""
         with self._lock:
             release_id = self._next_id
             self._next_id += 1
-            line = {"release": release_id, "gang": gang,
+            line = {"release": release_id, "gang": gang.to_json(),
                     "pods": [list(pod) for pod in pods]}
             if not self._append(line):
                 return 0
@@ -118,7 +128,7 @@ def _read(path: Path) -> tuple[list[Release], int]:
             if "done" in record:
                 started.pop(int(record["done"]), None)
                 continue
-            release = Release(int(record["release"]), str(record["gang"]),
+            release = Release(int(record["release"]), read_gang(record["gang"]),
                               tuple(JournalPod(*(str(field) for field in pod)) for pod in record["pods"]))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             log.warning("release journal %s: skipping an unreadable line (%d bytes)", path, len(raw))

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.cluster.fit import placement_failure
-from extender.cluster.model import GangKey, GangPolicy, NodeRecord, Parsed, PodRecord, TopologyProblem
-from extender.cluster.quantity import CPU, PODS, Resources, add_into, describe
 from extender.gangs import planner
+from extender.gangs.domains import Domain, DomainReport
 from extender.gangs.planner import Plan, _shapes, pick_for_reservation
-from extender.gangs.topology import Domain, DomainReport
+from extender.model.cluster import NodeRecord, PodRecord
+from extender.model.gang import GangKey, GangPolicy, Parsed, TopologyProblem
+from extender.model.quantity import CPU, PODS, Resources, add_into, describe
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from extender.cluster.model import GangOrder, PodRecord
+from extender.model.cluster import PodRecord
+from extender.model.gang import GangOrder
 
 WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 """Upper bounds (seconds) of the wait-time histogram: from complete to admitted."""

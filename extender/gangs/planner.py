@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from extender.cluster.fit import placement_failure
-from extender.cluster.model import NodeRecord, Placement, PodRecord
-from extender.cluster.quantity import CPU, PODS, Resources, add_into, describe
 from extender.cluster.records import pod_placement
 from extender.cluster.reservations import Slot, per_node
+from extender.model.cluster import NodeRecord, Placement, PodRecord
+from extender.model.quantity import CPU, PODS, Resources, add_into, describe
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ them frees per node. A unit is all or nothing: its pods' requests are freed toge
 Must not: do I/O, read PodDisruptionBudgets or preemption policies (the caller marks a unit
 ``evictable`` or not and says ``why_not``), evict anything, or mutate its inputs.
 
-How (each step judged by ``topology.place_gang`` over ``free_of`` plus what the units free; a set
+How (each step judged by ``domains.place_gang`` over ``free_of`` plus what the units free; a set
 failing a cheap necessary test, ``_Bound``, is not planned):
 
 1. candidates: units of lower priority, evictable, with a bound pod on a node one of the chosen
@@ -25,12 +25,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from extender.cluster.fit import placement_failure
-from extender.cluster.model import NodeRecord, Placement, PodRecord, TopologyConstraint
-from extender.cluster.quantity import CPU, Resources, add_into
 from extender.cluster.records import pod_placement
-from extender.gangs import topology
+from extender.gangs import domains
+from extender.gangs.domains import TopologyPlan
 from extender.gangs.planner import copies
-from extender.gangs.topology import TopologyPlan
+from extender.model.cluster import NodeRecord, Placement, PodRecord
+from extender.model.gang import TopologyConstraint
+from extender.model.quantity import CPU, Resources, add_into
 
 NO_VICTIMS = "no lower-priority victims"
 
@@ -47,7 +48,7 @@ class VictimUnit:
 
 
 @dataclass(frozen=True, slots=True)
-class Preemption:
+class VictimChoice:
     """The victims to evict (none: the preemptor fits already), where its chosen members then go, and
     what evicting the victims frees on each node."""
 
@@ -98,7 +99,7 @@ class _Trial:
             extra = freed.get(node.name)
             return self.room(node).get(CPU, 0) + (extra.get(CPU, 0) if extra else 0)
 
-        return topology.place_gang(self.chosen, self.pending, self.nodes, free_of, free_cpu, self.constraint,
+        return domains.place_gang(self.chosen, self.pending, self.nodes, free_of, free_cpu, self.constraint,
                                    self.levels, self.bound_nodes)
 
     def completes(self, freed: dict[str, Resources]) -> bool:
@@ -166,13 +167,13 @@ class _Bound:
 def choose_victims(chosen: Sequence[PodRecord], pending: Sequence[PodRecord], nodes: Iterable[NodeRecord],
                    free_of: Callable[[NodeRecord], Resources], constraint: TopologyConstraint,
                    levels: Sequence[str], bound_nodes: Sequence[NodeRecord], units: Sequence[VictimUnit],
-                   preemptor_priority: int) -> Preemption | str:
+                   preemptor_priority: int) -> VictimChoice | str:
     """The fewest, lowest-priority units whose eviction lets ``chosen`` (of ``pending``) be placed, with
     the placement and what they free; or why no set of units does. No victims when it fits already."""
     trial = _Trial(chosen, pending, list(nodes), free_of, constraint, levels, bound_nodes)
     placement = trial.place({})
     if placement.plan.complete:
-        return Preemption((), placement, {})
+        return VictimChoice((), placement, {})
     candidates, why_none = _candidates(chosen, trial.nodes, units, preemptor_priority)
     if not candidates:
         return why_none
@@ -186,7 +187,7 @@ def choose_victims(chosen: Sequence[PodRecord], pending: Sequence[PodRecord], no
     victims = _on_plan_nodes(trial, victims)
     victims = _removal_pass(trial, bound, victims)
     freed = frees(victims)
-    return Preemption(tuple(victims), trial.place(freed), freed)
+    return VictimChoice(tuple(victims), trial.place(freed), freed)
 
 
 def _cost(unit: VictimUnit) -> tuple[int, int, str]:

@@ -72,7 +72,7 @@ def _filter_metrics(rt: Runtime) -> Iterator[Metric]:
 
 def _gang_metrics(rt: Runtime) -> Iterator[Metric]:
     """The ledger's counters, held binds and their limit, admitted gangs, leadership."""
-    for name, value in rt.ledger.counters.items():
+    for name, value in rt.ledger.view.counters().items():
         yield CounterMetricFamily(f"gang_extender_gangs_{name}", f"Gangs {name.replace('_', ' ')}",
                                   value=value)
     if rt.leadership is not None:
@@ -80,16 +80,16 @@ def _gang_metrics(rt: Runtime) -> Iterator[Metric]:
                                 value=1 if rt.leadership.is_leader() else 0)
     yield GaugeMetricFamily("gang_extender_held_bind_demand",
                             "Binds admitted gangs may hold at once (held now + reserved members to come)",
-                            value=rt.ledger.held_demand())
-    if rt.ledger.max_held_binds is not None:
+                            value=rt.ledger.view.held_demand())
+    if rt.ledger.view.max_held_binds is not None:
         yield GaugeMetricFamily("gang_extender_held_bind_limit",
                                 "Most binds gangs may hold at once (--threads less headroom)",
-                                value=rt.ledger.max_held_binds)
+                                value=rt.ledger.view.max_held_binds)
     yield GaugeMetricFamily("gang_extender_held_binds", "Bind requests held at gang barriers",
-                            value=rt.ledger.held_count())
+                            value=rt.ledger.view.held_count())
     yield GaugeMetricFamily("gang_extender_admitted_gangs", "Gangs holding a reservation",
-                            value=rt.ledger.admitted_count())
-    waiting, draining, waits = rt.ledger.order_stats()
+                            value=rt.ledger.view.admitted_count())
+    waiting, draining, waits = rt.ledger.view.order_stats()
     yield GaugeMetricFamily("gang_extender_waiting_gangs", "Complete gangs waiting for admission, in order",
                             value=waiting)
     yield GaugeMetricFamily("gang_extender_draining_reservations",

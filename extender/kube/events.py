@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from extender.cluster.model import PodRecord
+from extender.model.cluster import PodRecord
 
 log = logging.getLogger(__name__)
 

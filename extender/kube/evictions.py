@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from extender.cluster.model import PodRecord
 from extender.engine.ports import EVICTION_OUTCOMES, EvictionOutcome
 from extender.errors import BudgetError, EvictionError, GoneError
 from extender.kube.events import EventRecorder
+from extender.model.cluster import PodRecord
 
 log = logging.getLogger(__name__)
 

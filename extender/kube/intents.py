@@ -30,8 +30,9 @@ from typing import Any
 import orjson
 
 from extender.errors import IntentNotRecordedError, IntentsFullError, LeaseWriteError
-from extender.files.journal import JournalPod, Release
+from extender.files.journal import JournalPod, Release, read_gang
 from extender.kube.leader import LeaderElector
+from extender.model.gang import GangKey
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ DEFAULT_MAX_BYTES = 128 * 1024  # the open releases' annotation, at most (~1,300
 
 def encode(releases: Sequence[Release], next_id: int) -> str:
     return orjson.dumps({"next": next_id, "open": [
-        {"id": r.id, "gang": r.gang, "pods": [list(pod) for pod in r.pods]} for r in releases]}).decode()
+        {"id": r.id, "gang": r.gang.to_json() if r.gang is not None else None, "pods": [list(pod) for pod in r.pods]}
+        for r in releases]}).decode()
 
 
 def decode(value: str | None) -> tuple[dict[int, Release], int]:
@@ -62,7 +64,7 @@ def decode(value: str | None) -> tuple[dict[int, Release], int]:
     for entry in entries:
         try:
             pods = tuple(JournalPod(*(str(field) for field in pod)) for pod in entry["pods"])
-            release = Release(int(entry["id"]), str(entry["gang"]), pods)
+            release = Release(int(entry["id"]), read_gang(entry["gang"]), pods)
         except (KeyError, TypeError, ValueError) as exc:
             log.error("release intents: skipping an unreadable release (%s): %.200r", exc, entry)
             continue
@@ -94,7 +96,7 @@ class ReleaseIntents:
     def open_count(self) -> int:
         return len(self._open)
 
-    def opened(self, gang: str, pods: Sequence[tuple[str, str, str, str]]) -> int:
+    def opened(self, gang: GangKey, pods: Sequence[tuple[str, str, str, str]]) -> int:
         """Write a release down before its first Binding; returns its id for ``closed``. Raises
         ``IntentNotRecordedError`` (``IntentsFullError`` when too large) if it is not known to be written."""
         members = tuple(JournalPod(*(str(field) for field in pod)) for pod in pods)
@@ -132,7 +134,7 @@ class ReleaseIntents:
         """Nothing to close (the elector owns the Lease); for symmetry with ``ReleaseJournal``."""
 
     # -------------------------------------------------------------------- the elector's hooks
-    def _check_size(self, gang: str, payload: str) -> None:
+    def _check_size(self, gang: GangKey, payload: str) -> None:
         size = len(payload.encode())
         if size > self.max_bytes:
             raise IntentsFullError(f"release of gang {gang} not recorded: the open releases would take {size} "

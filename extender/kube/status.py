@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from extender.cluster.model import GangStatus, GroupRef
+from extender.model.gang import GangStatus, GroupRef
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from extender.cluster.groups import GROUP_PARSERS, group_meta, pod_link
-from extender.cluster.model import GangKey, GroupKind, GroupRef
 from extender.errors import GroupError
 from extender.kube.publishing import ANNOTATION, REASON
+from extender.model.gang import GangKey, GroupKind, GroupRef
 
 COMPONENT = "gang-extender"
 TERMINAL_PHASES = ("Succeeded", "Failed")

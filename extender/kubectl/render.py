@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from extender import explain
-from extender.cluster.model import GangKey
 from extender.gangs.explanation import expand
 from extender.kubectl.collect import GangRow
+from extender.model.gang import GangKey
 
 REASON_WIDTH = 70
 

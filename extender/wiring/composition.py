@@ -26,7 +26,9 @@ from extender.engine.verbs import Engine
 from extender.errors import KubeError
 from extender.files import snapshot
 from extender.files.journal import ReleaseJournal
+from extender.gangs import bind_modes
 from extender.gangs.ledger import GangLedger
+from extender.gangs.settings import GangSettings
 from extender.kube.binder import KubeBinder
 from extender.kube.client import KubeClient
 from extender.kube.events import EventRecorder, PodWaker, log_sink
@@ -81,17 +83,19 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
         status = StatusWriter(status_writer(mirror, apply_status))
     reports = GangReports(mirror, events, status)
     served = config.scheduler_names(settings)
-    gated = settings.bind_mode == "filter-gated"  # no held binds: no thread budget, no release on the Lease
+    # The bind mode, chosen once: a strategy the ledger composes (nothing else asks which mode runs).
+    bind_mode = bind_modes.FilterGated if settings.bind_mode == "filter-gated" else bind_modes.Barrier
+    holds = bind_mode.holds_binds  # no held binds: no thread budget, no release on the Lease
+    gang_settings = GangSettings(
+        timeout_seconds=settings.gang_timeout_seconds, backoff_seconds=settings.gang_backoff_seconds,
+        hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds,
+        max_held_binds=held_bind_budget(settings.threads) if holds else None,
+        max_release_members=(settings.release_intents_max_bytes // INTENT_BYTES_PER_MEMBER
+                             if settings.leader_election == "on" and holds else None),
+        max_wait_seconds=settings.max_wait_seconds, topology_levels=levels.static, levels=levels.levels_for)
     runtime: Runtime  # assigned below; the ledger's preemption_problem reads it
-    ledger = GangLedger(mirror, timeout_seconds=settings.gang_timeout_seconds,
-                        backoff_seconds=settings.gang_backoff_seconds, on_event=reports.on_event,
-                        max_wait_seconds=settings.max_wait_seconds,
-                        on_wake=waker.wake, on_status=reports.on_status,
-                        max_held_binds=None if gated else held_bind_budget(settings.threads), filter_gated=gated,
-                        hold_seconds=settings.scheduler_http_timeout_seconds - settings.bind_answer_margin_seconds,
-                        max_release_members=(settings.release_intents_max_bytes // INTENT_BYTES_PER_MEMBER
-                                             if settings.leader_election == "on" and not gated else None),
-                        topology_levels=levels.static, levels_for=levels.levels_for,
+    ledger = GangLedger(mirror, gang_settings, on_event=reports.on_event, on_wake=waker.wake,
+                        on_status=reports.on_status, bind_mode=bind_mode,
                         serves=lambda pod: pod.scheduler_name in served,
                         preemption=evictor is not None and settings.preemption == "on", budgets=budgets.allowed,
                         eviction_room=evictor.allows if evictor is not None else None,
@@ -139,7 +143,8 @@ def from_api(settings: Settings) -> Runtime:
                       _if(leading, kube.annotate_pod), _if(leading, apply_status), intents or journal, journal,
                       leading, levels, kube)
     if elector is not None and intents is not None:
-        runtime.leadership = Leadership(settings.lease_duration_seconds, runtime.ledger, runtime.mirror)
+        runtime.leadership = Leadership(settings.lease_duration_seconds, runtime.ledger.view, runtime.mirror,
+                                        runtime.engine.let_through)
         runtime.leadership.attach(elector, intents)
     feeds = MirrorFeeds(runtime.mirror, kube, runtime.stop_event)
     runtime.group_watches = GroupWatches(kube.serves, feeds.start_group, feeds.stop_group)
@@ -147,7 +152,7 @@ def from_api(settings: Settings) -> Runtime:
     topology = TopologyWatch(kube.serves, topology_feed.start, topology_feed.stop_watch)
     publisher = None
     if settings.explain_publish_seconds > 0:
-        publisher = ExplainPublisher(runtime.ledger.known_gangs,
+        publisher = ExplainPublisher(runtime.ledger.view.known_gangs,
                                      lambda gang: explained(runtime.ledger, runtime.mirror, gang),
                                      _if(leading, kube.create_event), interval=settings.explain_publish_seconds)
     runtime.starter = ApiStart(runtime, kube, feeds, runtime.group_watches, elector, topology, topology_feed,

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable, Iterable
 
 from extender.cluster.groups import GROUP_APIS, GroupApi
-from extender.cluster.model import GroupKind
 from extender.kube.watching import Reflector
+from extender.model.gang import GroupKind
 
 
 class GroupWatches:

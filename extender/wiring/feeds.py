@@ -19,9 +19,9 @@ from typing import Any
 from extender.cluster.budgets import DisruptionBudgets
 from extender.cluster.groups import GroupApi
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GroupKind
 from extender.kube.client import KubeClient
 from extender.kube.watching import Reflector, watch_or_gone
+from extender.model.gang import GroupKind
 
 log = logging.getLogger(__name__)
 

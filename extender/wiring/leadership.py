@@ -5,9 +5,10 @@ kube-scheduler calls it (a verb within the last lease duration), while it holds 
 open. Each kube-scheduler replica calls only its own extender on loopback and only the leading
 kube-scheduler schedules, so the extender that is called is the one that leads, and one that is no
 longer called hands the Lease back (two replicas on one host share a hostname: kube-scheduler's own
-Lease cannot tell which extender is its sidecar). Also owns what a new leader does first: the members
-of releases a previous leader left open (their intents on the Lease) pass the barrier at their next
-bind. Must not: bind, decide gang rules, or serve HTTP.
+Lease cannot tell which extender is its sidecar). Also owns when a new leader finishes what a previous
+leader left open (once nodes and pods are listed, the engine lets each open release's members through,
+``Engine.let_through``) and closing those releases once their members are bound or gone. Must not:
+bind, decide gang rules, or serve HTTP.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import time
 from collections.abc import Callable
 
 from extender.cluster.mirror import ClusterMirror
-from extender.gangs.ledger import GangLedger
+from extender.engine.ports import OpenRelease
+from extender.gangs.view import LedgerView
 from extender.kube.intents import ReleaseIntents
 from extender.kube.leader import LeaderElector
 
@@ -37,10 +39,14 @@ NOT_LEADER = ("this gang-extender replica is not the leader (it is competing for
 class Leadership:
     """Campaign while called; resume what a previous leader left open once this replica leads."""
 
-    def __init__(self, idle_seconds: float, ledger: GangLedger, mirror: ClusterMirror,
+    def __init__(self, idle_seconds: float, ledger: LedgerView, mirror: ClusterMirror,
+                 let_through: Callable[[OpenRelease], frozenset[str]],
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """``ledger``: its read-only view (held binds, pending work); ``let_through``: the engine's, for
+        each release a previous leader left open (returns the uids of the members it let through)."""
         self.idle_seconds = idle_seconds
         self.ledger, self.mirror, self.clock = ledger, mirror, clock
+        self.let_through = let_through
         self.elector: LeaderElector | None = None
         self.intents: ReleaseIntents | None = None
         self._called_at = float("-inf")
@@ -88,11 +94,7 @@ class Leadership:
         if self.intents is None or not self.is_leader():
             return
         for release in self.intents.unfinished:
-            with self.mirror.lock:
-                pods = [pod for member in release.pods
-                        if (pod := self.mirror.pod_by_uid(member.uid)) is not None and not pod.node_name]
-            self.ledger.approve(release.gang, pods)
-            self._resuming[release.id] = frozenset(pod.uid for pod in pods)
+            self._resuming[release.id] = self.let_through(release)
 
     def _close_finished(self) -> None:
         if self.intents is None or not self._resuming or not self.is_leader():

@@ -20,13 +20,14 @@ from typing import Any
 
 from extender.cluster.groups import event_reference, status_apply
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GangKey, GangStatus, GroupKind, GroupRef, PodRecord
 from extender.errors import KubeError
 from extender.gangs import explanation
 from extender.gangs.ledger import GangLedger
 from extender.kube.events import EventRecorder, pod_reference
 from extender.kube.publishing import Published
 from extender.kube.status import CONFLICT, SENT, SKIPPED, StatusWriter, Write
+from extender.model.cluster import PodRecord
+from extender.model.gang import GangKey, GangStatus, GroupKind, GroupRef
 
 MEMBER_EVENTS = frozenset({"GangBindFailed"})
 """Reasons about one member, written on each pod named; every other gang Event is about the gang and is
@@ -119,11 +120,11 @@ def gang_target(mirror: ClusterMirror, gang: GangKey) -> dict[str, str] | None:
 def explained(ledger: GangLedger, mirror: ClusterMirror, gang: GangKey,
               now: Callable[[], float] = time.time) -> Published | None:
     """The published form of ``gang`` and the object it goes on (None: it has neither a group object
-    nor a member), computed from facts copied under the lock (``ledger.explain``)."""
+    nor a member), computed from facts copied under the lock (``LedgerView.explain``)."""
     target = gang_target(mirror, gang)
     if target is None:
         return None
-    answer = ledger.explain(gang)
+    answer = ledger.view.explain(gang)
     value = explanation.compact(answer, now())
     return Published(str(gang), target, value, explanation.steady(value), explanation.summary(answer),
                      complete=answer.get("state") == "Complete")

@@ -204,7 +204,7 @@ class Runtime:
                     return
         if self.journal is not None:
             for release in self.journal.unfinished:
-                outcomes = self.engine.resume_release(release.gang, release.pods)
+                outcomes = self.engine.resume_release(release)
                 log.info("release %d of gang %s, interrupted by a restart: %s", release.id, release.gang,
                          "; ".join(f"{pod}: {outcome or 'bound now'}" for pod, outcome in outcomes.items()))
                 self.journal.closed(release.id)

@@ -46,7 +46,7 @@ from observe import Binding, PodWatch
 from pairs import SCHEDULER_LEASE, Feeder, LeaseState, Log, Pair, lease, scheduler_election
 from support import overcommitted_nodes, pods
 
-from extender.cluster.quantity import to_units
+from extender.model.quantity import to_units
 
 EXTENDER_LEASE = "gang-extender"
 PARTIAL_GRACE = 5.0  # seconds a gang may stay partly bound beyond the takeover time

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from controlplane import ControlPlane, wait_for
 from support import Extender, scheduler_config
 
-from extender.cluster.quantity import to_units
+from extender.model.quantity import to_units
 
 
 @dataclass

@@ -362,7 +362,7 @@ def placements_outside_filter_replies(record_path: Path, placements: Mapping[tup
 
 def overcommitted_nodes(cp: ControlPlane) -> list[str]:
     """Nodes whose bound pods request more cpu than the node has allocatable."""
-    from extender.cluster.quantity import to_units
+    from extender.model.quantity import to_units
 
     allocatable = {n["metadata"]["name"]: to_units("cpu", n["status"]["allocatable"]["cpu"])
                    for n in cp.request("GET", "/api/v1/nodes")["items"]}

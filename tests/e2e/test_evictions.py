@@ -23,9 +23,9 @@ from support import PAUSE
 
 from extender.cluster.budgets import DisruptionBudgets
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import PodRecord
 from extender.errors import BudgetError, EvictionError, GoneError
 from extender.kube.client import KubeClient
+from extender.model.cluster import PodRecord
 from extender.wiring.feeds import MirrorFeeds
 
 pytestmark = pytest.mark.e2e

@@ -30,7 +30,7 @@ from controlplane import ControlPlane, wait_for
 from observe import Binding, Exchange, PodWatch, RecordingProxy, observed_scheduling, remove_gates, wait_in_flight
 from support import bound, create, pod, pod_spec
 
-from extender.cluster.quantity import to_units
+from extender.model.quantity import to_units
 
 pytestmark = pytest.mark.e2e
 

@@ -14,9 +14,9 @@ import pytest
 
 from extender.cluster.budgets import Budget, DisruptionBudgets, Selector, budget_record, labels_match
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import PodRecord, Requirement
 from extender.cluster.records import pod_record
 from extender.errors import ObjectError
+from extender.model.cluster import PodRecord, Requirement
 from extender.wiring.feeds import MirrorFeeds
 from tests.builders import pod
 

@@ -19,9 +19,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from extender.cluster.fit import placement_failure, shortfall
-from extender.cluster.model import GangPolicy, GroupKind, PodRecord
 from extender.cluster.records import placement_from_spec
 from extender.engine.requests import FilterResult
+from extender.model.cluster import PodRecord
+from extender.model.gang import GangPolicy, GroupKind
 from tests.builders import (
     FakeClock,
     Harness,

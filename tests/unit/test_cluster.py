@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from extender.cluster import mirror
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef
-from tests.builders import coscheduling_podgroup, node, pod, workload
+from extender.model.gang import GangKey, GangPolicy, GroupKind, GroupRef
+from tests.builders import Reserved, coscheduling_podgroup, node, pod, workload
 
 GIB = 2**30
 
@@ -162,7 +162,7 @@ def test_changed_since_lists_the_nodes_touched(m: ClusterMirror) -> None:
     m.assume("u1", "n2")  # no effect on a bound pod: nothing touched
     assert m.generation == middle
     m.upsert_node(node("n3"))
-    m.reserve(GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "g")), [("n2", {"cpu": 1000})])
+    m.set_reservation(GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "g")), [("n2", {"cpu": 1000})])
     assert m.changed_since(start) == {"n1", "n2", "n3"}
     assert m.changed_since(middle) == {"n2", "n3"}
     assert m.changed_since(m.generation) == set()
@@ -235,7 +235,7 @@ def test_reservations_are_free_only_for_their_own_gang(m: ClusterMirror) -> None
     a = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "a"))
     b = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "b"))
     m.upsert_pod(pod("web", uid="u1", cpu="1", node="n1"))
-    m.reserve(a, [("n1", {"cpu": 2000, "pods": 1})])
+    m.set_reservation(a, [("n1", {"cpu": 2000, "pods": 1})])
     assert m.free("n1", a)["cpu"] == 3000
     assert m.free("n1", a, include_own_reservation=False)["cpu"] == 1000
     assert m.free("n1", b)["cpu"] == 1000
@@ -244,12 +244,12 @@ def test_reservations_are_free_only_for_their_own_gang(m: ClusterMirror) -> None
     assert m.own_reservation("n1", b) is None and m.own_reservation("n2", a) is None
     assert m.reservation(a) == {"n1": {"cpu": 2000, "pods": 1}}
     generation = m.generation
-    m.reserve(a, [("n1", {"cpu": 2000, "pods": 1})])
+    m.set_reservation(a, [("n1", {"cpu": 2000, "pods": 1})])
     assert m.generation == generation, "an unchanged reservation touches nothing"
-    m.reserve(a, [("n2", {"cpu": 1000})])
+    m.set_reservation(a, [("n2", {"cpu": 1000})])
     assert m.reservation(a) == {"n2": {"cpu": 1000}}
     assert m.changed_since(generation) == {"n1", "n2"}
-    m.reserve(a, [])
+    m.set_reservation(a, [])
     assert m.reservation(a) == {} and m.free("n2", None)["cpu"] == 4000
 
 
@@ -260,8 +260,8 @@ def test_a_draining_reservation_takes_only_what_is_free_beyond_admitted_ones(m: 
     admitted = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "admitted"))
     drainer = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "drainer"))
     m.upsert_pod(pod("busy", uid="u1", cpu="1", node="n1"))
-    m.reserve(admitted, [("n1", {"cpu": 2000})])
-    m.reserve(drainer, [("n1", {"cpu": 2000})], draining=True)
+    m.set_reservation(admitted, [("n1", {"cpu": 2000})])
+    m.set_reservation(drainer, [("n1", {"cpu": 2000})], holds_off=0)
 
     def free_cpu(gang: GangKey | None, own: bool = True) -> int:
         return m.free("n1", gang, include_own_reservation=own)["cpu"]
@@ -271,14 +271,12 @@ def test_a_draining_reservation_takes_only_what_is_free_beyond_admitted_ones(m: 
     assert free_cpu(None) == 0 and free_cpu(drainer) == 1000  # the drainer plans as before
     for gang in (None, admitted, drainer):
         assert m.free_cpu_by_node(gang)["n1"] == free_cpu(gang)
-    m.reserve_more(drainer, [("n2", {"cpu": 1000}), ("n2", {"cpu": 1000})])  # changes to its slots keep it draining
-    m.trim_reservation(drainer, 2)
-    m.use_reservation(drainer, "n2", {"cpu": 1000})
-    assert m.reserved_slots(drainer) == (("n1", {"cpu": 2000}),)
+    m.set_reservation(drainer, [("n1", {"cpu": 2000}), ("n2", {"cpu": 1000})], holds_off=0)  # still draining
+    m.set_reservation(drainer, [("n1", {"cpu": 2000})], holds_off=0)
     assert free_cpu(admitted) == 2000 and m.free("n2", None)["cpu"] == 4000
     m.delete_pod("u1")
     assert free_cpu(admitted) == 2000 and free_cpu(None) == 0  # the freed cpu went to the drain
-    m.reserve(drainer, [("n1", {"cpu": 2000})])  # admitted from its drain: subtracted whole
+    m.set_reservation(drainer, [("n1", {"cpu": 2000})])  # admitted from its drain: subtracted whole
     m.upsert_pod(pod("busy-again", uid="u2", cpu="1", node="n1"))
     assert free_cpu(admitted) == 1000 and free_cpu(None) == -1000
 
@@ -295,8 +293,8 @@ def test_free_cpu_by_node_is_the_cpu_of_free(m: ClusterMirror) -> None:
     m.upsert_pod(pod("assumed", uid="u4", cpu="500m"))
     m.assume("u4", "n2")
     m.upsert_pod(pod("on-a-deleted-node", uid="u5", cpu="1", node="gone"))
-    m.reserve(a, [("n1", {"cpu": 2000, "pods": 1}), ("n3", {"memory": GIB})])
-    m.reserve(b, [("n1", {"cpu": 500}), ("n2", {"cpu": 1000})])
+    m.set_reservation(a, [("n1", {"cpu": 2000, "pods": 1}), ("n3", {"memory": GIB})])
+    m.set_reservation(b, [("n1", {"cpu": 500}), ("n2", {"cpu": 1000})])
     for gang in (None, a, b):
         assert m.free_cpu_by_node(gang) == {name: m.free(name, gang).get("cpu", 0) for name in m.nodes}
     assert m.free_cpu_by_node(None) == {"n1": 0, "n2": 2500, "n3": -1000, "no-cpu": 0}
@@ -309,13 +307,11 @@ def test_a_draining_reservation_holds_off_only_pods_of_its_priority_or_lower(m: 
     off every priority."""
     drainer = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "drainer"))
     admitted = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "admitted"))
-    m.reserve(drainer, [("n1", {"cpu": 3000})], draining=True, priority=100)
+    m.set_reservation(drainer, [("n1", {"cpu": 3000})], holds_off=100)
     assert m.free("n1", None)["cpu"] == 1000  # no pod in particular: held off
     assert m.free("n1", None, priority=100)["cpu"] == 1000 and m.free("n1", None, priority=-5)["cpu"] == 1000
     assert m.free("n1", None, priority=101)["cpu"] == 4000
-    m.trim_reservation(drainer, 1)  # resizing keeps the priority it drains for
-    assert m.free("n1", None, priority=100)["cpu"] == 1000 and m.free("n1", None, priority=101)["cpu"] == 4000
-    m.reserve(admitted, [("n1", {"cpu": 1000})])
+    m.set_reservation(admitted, [("n1", {"cpu": 1000})])
     assert m.free("n1", None, priority=10**6)["cpu"] == 3000 and m.free("n1", None, priority=100)["cpu"] == 0
 
 
@@ -326,7 +322,7 @@ OPS = st.lists(st.tuples(st.sampled_from(["node", "drop-node", "pod", "drop-pod"
 GANGS = [GangKey(GroupRef(GroupKind.COSCHEDULING, "default", g)) for g in ("a", "b")]
 
 
-def apply(m: ClusterMirror, op: str, n: int, p: int, cpu: int) -> None:
+def apply(m: ClusterMirror, op: str, n: int, p: int, cpu: int, reserved: Reserved) -> None:
     """One random step of the mirror's life: nodes, pods, assumed binds and gangs' reservations."""
     name, uid, gang = f"n{n}", f"u{p}", GANGS[p % 2]
     if op == "node":
@@ -345,11 +341,11 @@ def apply(m: ClusterMirror, op: str, n: int, p: int, cpu: int) -> None:
         m.forget(uid)
     elif op in ("reserve", "drain"):  # a reservation, or the same slots turned draining (or back)
         slots = [(f"n{(n + i) % 4}", {"cpu": 500 * (cpu + 1)}) for i in range(p % 3 + 1)]
-        m.reserve(gang, slots, draining=op == "drain", priority=cpu)
+        reserved.set(gang, slots, cpu if op == "drain" else None)
     elif op == "trim":
-        m.trim_reservation(gang, cpu)
+        reserved.set(gang, reserved.slots.get(gang, [])[:cpu], reserved.holds_off.get(gang))
     elif op == "use":
-        m.use_reservation(gang, name, {"cpu": 500 * (cpu + 1)})
+        reserved.use(gang, name, {"cpu": 500 * (cpu + 1)})
 
 
 @settings(max_examples=300, deadline=None)
@@ -357,8 +353,9 @@ def apply(m: ClusterMirror, op: str, n: int, p: int, cpu: int) -> None:
 def test_free_cpu_by_node_follows_every_change(ops: list[tuple[str, int, int, int]]) -> None:
     """Kept as pods and nodes come and go (not recomputed per call): always what ``free`` computes."""
     m = ClusterMirror()
+    reserved = Reserved(m)
     for op in ops:
-        apply(m, *op)
+        apply(m, *op, reserved)
         assert m.free_cpu_by_node(None) == {nm: m.free(nm, None).get("cpu", 0) for nm in m.nodes}
 
 
@@ -374,8 +371,9 @@ def test_nodes_by_free_cpu_is_the_sorted_order_of_free_cpu_by_node(ops: list[tup
     """The admission order kept as nodes, pods and reservations (admitted and draining) change is always
     what sorting ``free_cpu_by_node`` gives, for a gang with no reservation and for gangs with one."""
     m = ClusterMirror()
+    reserved = Reserved(m)
     for op in ops:
-        apply(m, *op)
+        apply(m, *op, reserved)
         for for_gang in (None, *GANGS):
             free = m.free_cpu_by_node(for_gang)
             for least in (0, 1, 1000, 2500):
@@ -392,9 +390,9 @@ def test_a_reservation_turned_draining_reorders_its_nodes() -> None:
     m.upsert_node(node("a-full", cpu="1"))
     m.upsert_pod(pod("p", uid="u", cpu="3", node="x-busy"))
     m.upsert_pod(pod("q", uid="v", cpu="1", node="a-full"))
-    m.reserve(gang, [("x-busy", {"cpu": 2000})])
+    m.set_reservation(gang, [("x-busy", {"cpu": 2000})])
     assert list(m.nodes_by_free_cpu(None, 0)) == ["x-busy", "a-full"]  # -1000, then 0
     generation = m.generation
-    m.reserve(gang, [("x-busy", {"cpu": 2000})], draining=True)
+    m.set_reservation(gang, [("x-busy", {"cpu": 2000})], holds_off=0)
     assert m.free_cpu_by_node(None) == {"x-busy": 0, "a-full": 0}
     assert list(m.nodes_by_free_cpu(None, 0)) == ["a-full", "x-busy"] and m.generation > generation

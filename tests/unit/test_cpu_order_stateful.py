@@ -4,19 +4,17 @@ between two refreshes), and the plans admission makes through it against plans w
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from extender.cluster.cpu_order import CpuOrder
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GangKey, GroupKind, GroupRef
 from extender.cluster.records import pod_record
 from extender.gangs import planner
-from extender.gangs.book import GangBook
-from tests.builders import node, pod
+from extender.gangs.placement import GangPlacement
+from extender.model.gang import GangKey, GroupKind, GroupRef
+from tests.builders import Reserved, node, pod
 
 GANGS = [GangKey(GroupRef(GroupKind.COSCHEDULING, "default", g)) for g in ("a", "b")]
 KINDS = ["node", "relabel", "drop-node", "pod", "gang-pod", "recreate", "drop-pod", "finish", "assume", "forget",
@@ -25,7 +23,7 @@ OPS = st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 3), st.integers(
                max_size=60)
 
 
-def _apply(m: ClusterMirror, op: str, n: int, p: int, cpu: int) -> None:
+def _apply(m: ClusterMirror, op: str, n: int, p: int, cpu: int, reserved: Reserved) -> None:
     name, uid, gang = f"n{n}", f"u{p}", GANGS[p % 2]
     if op in ("node", "relabel"):
         m.upsert_node(node(name, cpu=str(cpu + 1), labels={"zone": f"z{cpu if op == 'relabel' else 0}"}))
@@ -49,16 +47,16 @@ def _apply(m: ClusterMirror, op: str, n: int, p: int, cpu: int) -> None:
         m.bind_locally(uid, name)
     elif op in ("reserve", "drain"):  # admitted, or draining for a priority (same slots: only the flag changes)
         slots = [(f"n{(n + i) % 4}", {"cpu": 500 * (cpu + 1)}) for i in range(p % 3 + 1)]
-        m.reserve(gang, slots, draining=op == "drain", priority=cpu)
+        reserved.set(gang, slots, cpu if op == "drain" else None)
     elif op == "flip":  # the gang's slots as they are, turned draining (or back), or its priority changed
-        with m.lock:
-            m.reserve(gang, m.reserved_slots(gang), draining=cpu % 2 == 0, priority=cpu)
+        reserved.set(gang, reserved.slots.get(gang, []), cpu if cpu % 2 == 0 else None)
     elif op == "more":
-        m.reserve_more(gang, [(name, {"cpu": 500 * (cpu + 1)})])
+        more = [*reserved.slots.get(gang, []), (name, {"cpu": 500 * (cpu + 1)})]
+        reserved.set(gang, more, reserved.holds_off.get(gang))
     elif op == "trim":
-        m.trim_reservation(gang, cpu)
+        reserved.set(gang, reserved.slots.get(gang, [])[:cpu], reserved.holds_off.get(gang))
     elif op == "use":
-        m.use_reservation(gang, name, {"cpu": 500 * (cpu + 1)})
+        reserved.use(gang, name, {"cpu": 500 * (cpu + 1)})
     elif op == "relist-nodes":  # a relist keeping the nodes whose number is not p (and resizing one)
         m.replace_nodes([node(nm, cpu=str(cpu + 2) if nm == name else str(rec.allocatable.get("cpu", 0) // 1000),
                               labels=dict(rec.labels)) for nm, rec in list(m.nodes.items()) if nm != f"n{p}"])
@@ -79,7 +77,7 @@ def _check(m: ClusterMirror) -> None:
                 want = [nm for c, nm in sorted((c, nm) for nm, c in free.items()) if least <= 0 or c >= least]
                 assert list(m.nodes_by_free_cpu(for_gang, least)) == want, (for_gang, least, free)
         for gang in GANGS:
-            indexed = GangBook._free_cpu_for(SimpleNamespace(mirror=m), gang)  # type: ignore[arg-type]
+            indexed = GangPlacement(m, lambda _gang: None).free_cpu_for(gang)
             assert indexed.ordered is not None
             plain = planner.FreeCpu(m.free_cpu_by_node(gang))
             for count in (1, 2, 3, 4):
@@ -99,11 +97,12 @@ def _check(m: ClusterMirror) -> None:
 def test_the_index_and_its_plans_follow_every_change(ops: list[tuple[str, int, int, int]], rebuild: int) -> None:
     m = ClusterMirror()
     m._order.REBUILD = rebuild
+    reserved = Reserved(m)
     for op, n, p, cpu in ops:
         if op == "check":
             _check(m)
         else:
-            _apply(m, op, n, p, cpu)
+            _apply(m, op, n, p, cpu, reserved)
     _check(m)
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.model import GangKey, GroupKind, GroupRef
 from extender.engine.requests import FilterResult
+from extender.model.gang import GangKey, GroupKind, GroupRef
 from tests.builders import (
     Harness,
     bind_args,
@@ -30,8 +30,9 @@ NODES4 = ["n1", "n2", "n3", "n4"]
 
 
 @pytest.fixture
-def h() -> Iterator[Harness]:
-    harness = make_engine(timeout_seconds=30.0, backoff_seconds=10.0)
+def h(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    """The harness; ``@pytest.mark.parametrize("h", [{...}], indirect=True)`` passes ``make_engine`` more settings."""
+    harness = make_engine(**{"timeout_seconds": 30.0, "backoff_seconds": 10.0, **getattr(request, "param", {})})
     yield harness
     harness.close()
 
@@ -189,7 +190,7 @@ def test_admission_reserves_capacity_and_blocks_a_competing_gang(h: Harness) -> 
     assert gang_a is not None
     slot = {"cpu": 3000, "memory": 2**30, "pods": 1}
     assert h.mirror.reservation(gang_a) == dict.fromkeys(NODES4, slot)
-    assert h.ledger.admitted_count() == 1
+    assert h.ledger.view.admitted_count() == 1
     assert h.events.of("GangAdmitted") == [
         (("a-3", "a-2", "a-1", "a-0"), "Normal", "GangAdmitted",
          "gang default/a admitted: capacity reserved for 4 more member(s)")]
@@ -202,7 +203,7 @@ def test_admission_reserves_capacity_and_blocks_a_competing_gang(h: Harness) -> 
     gang_b = h.mirror.pod("default", "b-0").gang
     assert gang_b is not None
     assert h.mirror.reservation(gang_b) == {}
-    assert h.ledger.admitted_count() == 1
+    assert h.ledger.view.admitted_count() == 1
     # A's other members pass (the gang is admitted once, atomically).
     for member in a[1:]:
         assert h.engine.filter(filter_args(member, NODES4)).feasible == NODES4
@@ -229,7 +230,7 @@ def test_a_draining_reservation_holds_off_plain_pods_up_to_its_gangs_priority(h:
     and at bind; a pod of higher priority goes first. Same spec, other priority: not one cached result."""
     nodes(h, NODES4)
     drainer = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "drainer"))
-    h.mirror.reserve(drainer, [(n, {"cpu": 3000}) for n in NODES4], draining=True, priority=100)
+    h.mirror.set_reservation(drainer, [(n, {"cpu": 3000}) for n in NODES4], holds_off=100)
     same, higher = pod("same", cpu="2"), pod("higher", cpu="2")
     same["spec"]["priority"], higher["spec"]["priority"] = 100, 101
     h.add(same, higher)
@@ -284,7 +285,7 @@ def test_waiting_gang_is_admitted_once_the_competing_gang_finishes(h: Harness, b
         h.add({**member, "spec": {**member["spec"], "nodeName": target}, "status": {"phase": "Succeeded"}})
     assert all(h.mirror.used(n) == {} for n in NODES4)
     assert h.engine.filter(filter_args(b[0], NODES4)).feasible == NODES4
-    assert h.ledger.admitted_count() == 1
+    assert h.ledger.view.admitted_count() == 1
 
 
 # ------------------------------------------------------------------------------------------ barrier
@@ -296,9 +297,9 @@ def test_barrier_holds_binds_until_quorum(h: Harness, binds: Binds) -> None:
 
     for count, (member, target) in enumerate(zip(a[:3], NODES4, strict=False), start=1):
         binds.start(member, target)
-        wait_until(lambda count=count: h.ledger.held_count() == count)
+        wait_until(lambda count=count: h.ledger.view.held_count() == count)
         assert h.binder.calls == [], "no member may be bound before quorum"
-    state = h.ledger.state(h.mirror.pod("default", "a-0").gang)  # type: ignore[arg-type]
+    state = h.ledger.record(h.mirror.pod("default", "a-0").gang)  # type: ignore[arg-type]
     assert state is not None and state.last_message == "holding 3 bind(s); 3/4 members placed"
     assert binds.results == {}
     assert sorted(h.mirror.placement(p["metadata"]["uid"]) for p in a[:3]) == ["n1", "n2", "n3"]
@@ -307,10 +308,10 @@ def test_barrier_holds_binds_until_quorum(h: Harness, binds: Binds) -> None:
     assert binds.join() == {"a-0": "", "a-1": "", "a-2": "", "a-3": ""}
     assert sorted(h.binder.calls) == [
         ("default", f"a-{i}", a[i]["metadata"]["uid"], f"n{i + 1}") for i in range(4)]
-    assert h.ledger.held_count() == 0
+    assert h.ledger.view.held_count() == 0
     gang = h.mirror.pod("default", "a-0").gang
     assert gang is not None and h.mirror.reservation(gang) == {}
-    assert h.ledger.counters["completed"] == 1
+    assert h.ledger.view.counters()["completed"] == 1
     assert [e[2:] for e in h.events.of("GangBound")] == [
         ("GangBound", "gang default/a: 4 member(s) bound together at quorum")]
 
@@ -329,7 +330,7 @@ def test_members_beyond_min_count_bind_at_once(h: Harness, binds: Binds) -> None
     assert h.engine.filter(filter_args(a[5], ["n6"])).feasible == ["n6"]
     assert h.engine.bind(bind_args(a[5], "n6")) == ""
     assert len(h.binder.calls) == 6
-    assert h.ledger.held_count() == 0
+    assert h.ledger.view.held_count() == 0
 
 
 def test_member_arriving_while_the_quorum_is_being_bound_is_not_held(h: Harness, binds: Binds) -> None:
@@ -345,7 +346,7 @@ def test_member_arriving_while_the_quorum_is_being_bound_is_not_held(h: Harness,
     h.binder.gate.set()
     third.join(2)
     assert binds.join() == {"a-0": "", "a-1": "", "a-2": ""}
-    assert h.ledger.counters["timeouts"] == 0
+    assert h.ledger.view.counters()["timeouts"] == 0
 
 
 def test_non_gang_pod_binds_at_once(h: Harness) -> None:
@@ -359,8 +360,8 @@ def test_non_gang_pod_binds_at_once(h: Harness) -> None:
 
 
 # ------------------------------------------------------------------------------- timeout, back-off
-def test_timeout_answers_every_held_bind_and_backs_off(h: Harness, binds: Binds) -> None:
-    h.ledger.hold_seconds = 60.0  # kube-scheduler waits longer than the gang: the gang's timeout answers
+@pytest.mark.parametrize("h", [{"hold_seconds": 60.0}], indirect=True)  # kube-scheduler waits longer than the
+def test_timeout_answers_every_held_bind_and_backs_off(h: Harness, binds: Binds) -> None:  # gang: its timeout answers
     nodes(h, NODES4)
     a = gang_pods("a", 4)
     h.add(coscheduling_podgroup("a", 4), *a)
@@ -369,10 +370,10 @@ def test_timeout_answers_every_held_bind_and_backs_off(h: Harness, binds: Binds)
     assert h.engine.filter(filter_args(a[0], NODES4)).feasible == NODES4
     for member, target in zip(a[:3], NODES4, strict=False):
         binds.start(member, target)
-    wait_until(lambda: h.ledger.held_count() == 3)
+    wait_until(lambda: h.ledger.view.held_count() == 3)
     h.clock.advance(29.9)
     h.ledger.sweep()
-    assert h.ledger.held_count() == 3  # not yet
+    assert h.ledger.view.held_count() == 3  # not yet
 
     h.clock.advance(0.2)
     h.ledger.sweep()
@@ -383,8 +384,8 @@ def test_timeout_answers_every_held_bind_and_backs_off(h: Harness, binds: Binds)
     assert all(h.mirror.placement(p["metadata"]["uid"]) == "" for p in a)
     assert all(h.mirror.used(n) == {} for n in NODES4)
     assert h.mirror.reservation(gang) == {}
-    assert h.ledger.held_count() == 0 and h.ledger.admitted_count() == 0
-    assert h.ledger.counters["timeouts"] == 1
+    assert h.ledger.view.held_count() == 0 and h.ledger.view.admitted_count() == 0
+    assert h.ledger.view.counters()["timeouts"] == 1
     timeouts = h.events.of("GangTimeout")
     assert timeouts == [(("a-0", "a-1", "a-2", "a-3"), "Warning", "GangTimeout", message)]
 
@@ -404,7 +405,7 @@ def test_back_off_doubles_per_consecutive_timeout(h: Harness, binds: Binds) -> N
     h.add(coscheduling_podgroup("a", 2), *a)
     for attempt, backoff in ((1, 10), (2, 20)):
         binds.start(a[0], "n1")
-        wait_until(lambda: h.ledger.held_count() == 1)
+        wait_until(lambda: h.ledger.view.held_count() == 1)
         h.clock.advance(30)
         h.ledger.sweep()
         binds.join()
@@ -421,7 +422,7 @@ def test_per_gang_timeout_from_the_podgroup(h: Harness, binds: Binds) -> None:
     a = gang_pods("a", 2, cpu="1")
     h.add(coscheduling_podgroup("a", 2, timeout=5), *a)
     binds.start(a[0], "n1")
-    wait_until(lambda: h.ledger.held_count() == 1)
+    wait_until(lambda: h.ledger.view.held_count() == 1)
     h.clock.advance(5)
     h.ledger.sweep()
     assert binds.join() == {"a-0": "gang default/a timed out after 5s with 1 member(s) held of 2 needed; "
@@ -445,8 +446,7 @@ def test_admitted_gang_without_binds_expires(h: Harness) -> None:
 
 def test_real_clock_timeout_is_bounded() -> None:
     """With the real clock, held binds answer on their own once the (short) gang timeout passes."""
-    harness = make_engine(timeout_seconds=0.2, backoff_seconds=0.1)
-    harness.ledger.clock = harness.engine.clock = time.monotonic
+    harness = make_engine(timeout_seconds=0.2, backoff_seconds=0.1, real_clock=True)
     try:
         nodes(harness, NODES4)
         a = gang_pods("a", 4)
@@ -478,12 +478,12 @@ def test_gang_that_can_never_fit_fails_fast(h: Harness) -> None:
     assert len(never) == 1, "one event per verdict, not one per filter"
     assert never[0][1:] == ("Warning", "GangNeverFits", message)
     assert sorted(never[0][0]) == sorted(p["metadata"]["name"] for p in big)
-    assert h.ledger.counters["never_fits"] == 1
+    assert h.ledger.view.counters()["never_fits"] == 1
 
     more = ["n5", "n6", "n7", "n8"]
     nodes(h, more)
     assert h.engine.filter(filter_args(big[0], [*NODES4, *more])).feasible == [*NODES4, *more]
-    assert h.ledger.admitted_count() == 1
+    assert h.ledger.view.admitted_count() == 1
 
 
 def test_never_fits_considers_node_selectors(h: Harness) -> None:
@@ -508,7 +508,7 @@ def test_bind_error_of_one_member_at_quorum(h: Harness, binds: Binds) -> None:
     assert len(h.binder.calls) == 4
     assert h.mirror.placement(a[2]["metadata"]["uid"]) == ""  # the failed assumption is forgotten
     assert h.mirror.used("n3") == {}
-    assert h.ledger.counters["bind_errors"] == 1
+    assert h.ledger.view.counters()["bind_errors"] == 1
     assert h.events.of("GangBound")[0][3] == "gang default/a: 3 member(s) bound together at quorum"
     # The failed member is retried later and binds at once (3 of 4 are placed, it completes the gang).
     h.binder.fail.clear()
@@ -562,7 +562,7 @@ def test_bind_of_a_gang_member_into_another_gangs_reservation_is_refused(h: Harn
     assert h.engine.filter(filter_args(a[0], NODES4)).feasible == NODES4
     assert h.engine.bind(bind_args(b[0], "n1")) == (
         "node n1 no longer has room for pod default/b-0: insufficient cpu (needs cpu=2, free cpu=1)")
-    assert h.ledger.held_count() == 0 and h.binder.calls == []
+    assert h.ledger.view.held_count() == 0 and h.binder.calls == []
 
 
 def test_bind_reads_a_pod_the_mirror_has_not_seen(h: Harness) -> None:
@@ -580,7 +580,7 @@ def test_second_bind_of_a_held_member_is_refused(h: Harness, binds: Binds) -> No
     a = gang_pods("a", 2, cpu="1")
     h.add(coscheduling_podgroup("a", 2), *a)
     binds.start(a[0], "n1")
-    wait_until(lambda: h.ledger.held_count() == 1)
+    wait_until(lambda: h.ledger.view.held_count() == 1)
     assert h.engine.bind(bind_args(a[0], "n1")) == "pod default/a-0 is already waiting at its gang barrier"
     binds.start(a[1], "n2")
     assert binds.join() == {"a-0": "", "a-1": ""}
@@ -604,44 +604,43 @@ def test_replicas_of_a_workload_pod_group_are_independent_gangs(h: Harness, bind
 
     # Replica 0 completes its barrier on its own; replica 1's held member is not part of it.
     binds.start(r1[0], "n3")
-    wait_until(lambda: h.ledger.held_count() == 1)
+    wait_until(lambda: h.ledger.view.held_count() == 1)
     binds.start(r0[0], "n1")
     binds.start(r0[1], "n2")
     wait_until(lambda: {"r0-0", "r0-1"} <= set(binds.results))  # replica 0 answered
     assert sorted(c[1] for c in h.binder.calls) == ["r0-0", "r0-1"]
-    assert h.ledger.held_count() == 1
+    assert h.ledger.view.held_count() == 1
     h.add(r1[1])
     binds.start(r1[1], "n4")
     assert binds.join() == {"r0-0": "", "r0-1": "", "r1-0": "", "r1-1": ""}
-    assert h.ledger.counters["completed"] == 2
+    assert h.ledger.view.counters()["completed"] == 2
 
 
 # -------------------------------------------------------------------------- held-bind thread budget
+@pytest.mark.parametrize("h", [{"max_held_binds": 5}], indirect=True)
 def test_gangs_in_flight_are_limited_by_the_held_bind_budget(h: Harness, binds: Binds) -> None:
     """Each held bind occupies a worker thread: a gang is admitted only while the binds all admitted
     gangs may hold fit the budget, and waits (resolvable, woken later) otherwise."""
-    h.ledger.max_held_binds = 5
-    woken: list[str] = []
-    h.ledger.on_wake = lambda pods: woken.extend(p.name for p in pods)
+    woken = h.woken
     nodes(h, [f"n{i}" for i in range(1, 9)])
     names = [f"n{i}" for i in range(1, 9)]
     a, b = gang_pods("a", 4, cpu="1"), gang_pods("b", 4, cpu="1")
     h.add(coscheduling_podgroup("a", 4), *a, coscheduling_podgroup("b", 4), *b)
     assert h.engine.filter(filter_args(a[0], names)).feasible  # a admitted: may hold 4
-    assert h.ledger.held_demand() == 4
+    assert h.ledger.view.held_demand() == 4
     assert h.engine.filter(filter_args(b[0], names)) == resolvable(
         names, "waiting for a barrier slot for gang default/b: gangs in flight may hold 4 binds; 4 more would "
                "exceed the limit of 5 (--threads)")
     for member in a:
         binds.start(member, "n1")
     assert binds.join() == {f"a-{i}": "" for i in range(4)}
-    assert h.ledger.held_demand() == 0
+    assert h.ledger.view.held_demand() == 0
     assert "b-0" in woken  # a's completion freed the slot: the waiting member is told to retry
     assert h.engine.filter(filter_args(b[0], names)).feasible  # and b is admitted
 
 
+@pytest.mark.parametrize("h", [{"max_held_binds": 3}], indirect=True)
 def test_a_gang_larger_than_the_budget_is_told_to_raise_threads(h: Harness) -> None:
-    h.ledger.max_held_binds = 3
     nodes(h, NODES4)
     big = gang_pods("big", 4, cpu="1")
     h.add(coscheduling_podgroup("big", 4), *big)
@@ -652,8 +651,7 @@ def test_a_gang_larger_than_the_budget_is_told_to_raise_threads(h: Harness) -> N
 def test_admission_wakes_only_members_a_gang_rule_rejected(h: Harness) -> None:
     """Rejected members wait in kube-scheduler's unschedulable pool and need a nudge; members never
     rejected are still queued, and waking them would only cost API writes."""
-    woken: list[str] = []
-    h.ledger.on_wake = lambda pods: woken.extend(p.name for p in pods)
+    woken = h.woken
     nodes(h, NODES4)
     a = gang_pods("a", 4, cpu="1")
     h.add(coscheduling_podgroup("a", 4), *a[:3])

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.model import PodRecord
 from extender.kube.events import WAKE_ANNOTATION, EventRecorder, PodWaker
+from extender.model.cluster import PodRecord
 from tests.builders import FakeClock
 
 

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from extender import cli, explain
-from extender.cluster.model import PASS, GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord
 from extender.cluster.records import pod_record
 from extender.config import Settings
 from extender.gangs import explanation, planner
+from extender.model.cluster import NodeRecord
+from extender.model.gang import PASS, GangKey, GangPolicy, GroupKind, GroupRef
 from extender.wiring.composition import from_snapshot
 from extender.wiring.discovery import GroupWatches
 from extender.wiring.reporting import explained
@@ -122,7 +123,7 @@ def test_a_draining_gangs_progress_is_planned_outside_the_lock(monkeypatch: pyte
     for name in ORDER_NODES:
         w.running(f"hog-{name}", "2", name)
     big, big_policy, _ = w.gang("big", 4, "3")
-    assert w.ledger.admission(big, big_policy) != PASS
+    assert w.ledger.admit(big, big_policy) != PASS
     w.clock.advance(61)
     w.ledger.sweep()
     real, explaining, lock_free = planner.plan, threading.current_thread(), []
@@ -142,7 +143,7 @@ def test_a_draining_gangs_progress_is_planned_outside_the_lock(monkeypatch: pyte
         return real(*args, **kwargs)
 
     monkeypatch.setattr(planner, "plan", plan_while_another_thread_takes_the_lock)
-    answer = w.ledger.explain(big)
+    answer = w.ledger.view.explain(big)
     assert answer["state"] == "Draining" and answer["order"]["draining"]["free"] == 0  # 2 of 4 cpu free, 3 asked
     assert lock_free == [True, True]  # the shortfall, then the drain's progress
 
@@ -182,7 +183,7 @@ def test_admitted_and_holding_gang(h: Harness) -> None:
     runner = Binds(h)
     try:
         runner.start(members[0], "n1")
-        wait_until(lambda: h.ledger.held_count() == 1)
+        wait_until(lambda: h.ledger.view.held_count() == 1)
         (answer,) = h.engine.explain("ml", "train")
         assert answer["state"] == "Holding" and answer["admitted"] is True
         assert answer["members"] == {"existing": 3, "bound": 0, "binding": 0, "held": 1, "pending": 2}
@@ -210,7 +211,7 @@ def test_unknown_group_and_workload_pod_groups() -> None:
         assert [g["state"] for g in h.engine.explain("ml", "w", pod_group="b")] == ["NotAGang"]
         missing = GangKey(GroupRef(GroupKind.COSCHEDULING, "ml", "gone"))
         h.add(pod("x", namespace="ml", pod_group="gone"))
-        assert h.ledger.explain(missing)["state"] == "GroupMissing"
+        assert h.ledger.view.explain(missing)["state"] == "GroupMissing"
     finally:
         h.close()
 

@@ -17,9 +17,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.cluster.model import GangKey
-from extender.cluster.quantity import Resources
 from extender.gangs import explanation
+from extender.model.gang import GangKey
+from extender.model.quantity import Resources
 from tests.builders import Harness, filter_args, make_engine, node, pod, workload
 
 NAMESPACE = "ml"
@@ -73,7 +73,7 @@ def apply(h: Harness, gangs: list[list[dict[str, Any]]], step: Step, serial: int
     if kind == "drain":
         key = h.mirror.find_gangs(NAMESPACE, f"g{args[0]}")[0]
         slots = [(f"n{args[1]}", {"cpu": 1000 * (i + 1)}) for i in range(args[2])]
-        h.mirror.reserve(key, slots, draining=True, priority=args[3])
+        h.mirror.set_reservation(key, slots, holds_off=args[3])
         return
     raw = members[args[1] % len(members)]
     if kind == "filter":
@@ -87,7 +87,7 @@ def apply(h: Harness, gangs: list[list[dict[str, Any]]], step: Step, serial: int
 def under_the_lock(h: Harness, gang: GangKey) -> dict[str, Any]:
     """``GangLedger.explain`` before it moved out of the lock."""
     with h.ledger.lock:
-        facts = h.ledger.facts(gang)
+        facts = h.ledger.view.facts(gang)
         return explanation.explain(facts, list(h.mirror.nodes.values()),
                                    lambda n: h.mirror.free(n.name, gang))
 
@@ -118,6 +118,6 @@ def test_explain_outside_the_lock_matches_explain_under_it(
         for capacity, then in copies.values():  # later changes never reach a copy
             assert {n.name: capacity.free(n) for n in records} == then
         for key in keys:
-            assert h.ledger.explain(key) == under_the_lock(h, key)
+            assert h.ledger.view.explain(key) == under_the_lock(h, key)
     finally:
         h.close()

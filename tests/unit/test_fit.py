@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from extender.cluster.fit import UNSCHEDULABLE_TAINT, placement_failure, shortfall
-from extender.cluster.model import NO_PLACEMENT, NodeRecord, Placement, Requirement, Taint, Toleration
 from extender.cluster.records import placement_from_spec
+from extender.model.cluster import NO_PLACEMENT, NodeRecord, Placement, Requirement, Taint, Toleration
 
 NODE_SELECTOR_MISMATCH = "node does not match the pod's nodeSelector"
 AFFINITY_MISMATCH = "node does not match the pod's required node affinity"

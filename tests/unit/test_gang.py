@@ -1,4 +1,5 @@
-"""extender.gangs.rules and .planner: the quorum gate, the admission planner and the exact messages users see."""
+"""extender.gangs.admission.quorum and .planner: the quorum gate, the admission planner and the exact messages users
+see (``extender.model.messages``)."""
 
 from __future__ import annotations
 
@@ -6,21 +7,12 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.model import (
-    PASS,
-    Code,
-    GangKey,
-    GangPolicy,
-    GroupKind,
-    GroupRef,
-    NodeRecord,
-    PodRecord,
-    Taint,
-    Verdict,
-)
 from extender.cluster.reservations import consume_slot
+from extender.gangs.admission import quorum
 from extender.gangs.planner import Plan, pick_for_reservation, plan, size_key
-from extender.gangs.rules import admission_wait, never_fits, quorum
+from extender.model import messages
+from extender.model.cluster import NodeRecord, PodRecord, Taint
+from extender.model.gang import PASS, Code, GangKey, GangPolicy, GroupKind, GroupRef, Verdict
 
 GI = 2**30
 WORKERS = GangKey(GroupRef(GroupKind.WORKLOAD, "default", "training", "workers"))
@@ -210,30 +202,27 @@ def test_plan_of_nothing() -> None:
 # -------------------------------------------------------------------------------------- messages
 def test_admission_wait_message() -> None:
     result = plan([member(f"w-{i}") for i in range(5)], [node("a"), node("b")], allocatable)
-    verdict = admission_wait(WORKERS, result, 5)
-    assert verdict == Verdict(Code.WAIT_RESOLVABLE,
-                              "waiting for capacity for gang default/training/workers: 4/5 remaining members fit; "
-                              "no node has cpu=2 free (largest free falls short by cpu=2)")
-    assert not verdict.passes
+    assert messages.capacity_wait(WORKERS, len(result.slots), 5, result.blocking) == (
+        "waiting for capacity for gang default/training/workers: 4/5 remaining members fit; "
+        "no node has cpu=2 free (largest free falls short by cpu=2)")
 
 
 def test_never_fits_message() -> None:
     members = [member(f"w-{i}", {"cpu": 6000, "memory": GI, "pods": 1}) for i in range(2)]
     result = plan(members, NODES, allocatable)
-    verdict = never_fits(WORKERS_1, result, 2, len(NODES))
-    assert verdict == Verdict(Code.WAIT_UNRESOLVABLE,
-                              "gang default/training/workers[1] can never fit this cluster: only 0 of 2 members fit "
-                              "on 4 nodes even when they are empty; no node has cpu=6 free (largest free falls short "
-                              "by cpu=2)")
+    assert messages.never_fits(WORKERS_1, len(result.slots), 2, len(NODES), result.blocking) == (
+        "gang default/training/workers[1] can never fit this cluster: only 0 of 2 members fit "
+        "on 4 nodes even when they are empty; no node has cpu=6 free (largest free falls short "
+        "by cpu=2)")
 
 
 def test_never_fits_message_partial() -> None:
     members = [member(f"w-{i}", spec={"nodeSelector": {"pool": "gpu"}}) for i in range(3)]
     nodes = [node("gpu-1", labels={"pool": "gpu"}), node("cpu-1")]
-    verdict = never_fits(PG, plan(members, nodes, allocatable), 3, 2)
-    assert verdict.message == ("gang ml/pg can never fit this cluster: only 2 of 3 members fit on 2 nodes even when "
-                               "they are empty; no node has cpu=2 free (largest free falls short by cpu=2)")
-    assert verdict.code is Code.WAIT_UNRESOLVABLE
+    result = plan(members, nodes, allocatable)
+    assert messages.never_fits(PG, len(result.slots), 3, 2, result.blocking) == (
+        "gang ml/pg can never fit this cluster: only 2 of 3 members fit on 2 nodes even when "
+        "they are empty; no node has cpu=2 free (largest free falls short by cpu=2)")
 
 
 # ------------------------------------------------------------------------------ pick_for_reservation

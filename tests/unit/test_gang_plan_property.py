@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from extender.cluster.fit import placement_failure
-from extender.cluster.model import NodeRecord, PodRecord, Taint
-from extender.cluster.quantity import PODS, Resources, add_into, describe
 from extender.gangs.planner import FreeCpu, Plan, _Shape, _shapes, copies, plan
+from extender.model.cluster import NodeRecord, PodRecord, Taint
+from extender.model.quantity import PODS, Resources, add_into, describe
 
 GI = 2**30
 GPU = "nvidia.com/gpu"

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from extender.engine.requests import FilterResult
-from tests.builders import Harness, bind_args, coscheduling_podgroup, filter_args, make_engine, node, pod
+from extender.gangs.bind_modes import FilterGated
+from tests.builders import Harness, bind_args, coscheduling_podgroup, filter_args, make_engine, node, pod, slots_of
 
 NODES = ["n1", "n2", "n3", "n4"]
 
@@ -75,7 +76,7 @@ def test_a_claimed_place_not_offered_is_given_up_for_a_free_one(h: Harness) -> N
     first = h.engine.filter(filter_args(gang[0], NODES)).feasible
     key = h.mirror.pod("default", "a-0").gang  # type: ignore[union-attr]
     assert key is not None
-    reserved = {at for at, _ in h.mirror.reserved_slots(key)}
+    reserved = {at for at, _ in slots_of(h.ledger, key)}
     others = [n for n in NODES if n != first[0]]
     second = h.engine.filter(filter_args(gang[0], others)).feasible
     assert len(second) == 1 and second[0] in reserved and second[0] != first[0]
@@ -86,9 +87,9 @@ def test_binds_by_another_binder_take_their_places_and_complete_the_gang(h: Harn
     h.add(coscheduling_podgroup("a", 3), *gang)
     places = [h.engine.filter(filter_args(m, NODES)).feasible[0] for m in gang]
     key = h.mirror.pod("default", "a-0").gang  # type: ignore[union-attr]
-    assert key is not None and h.mirror.reserved_count(key) == 3
+    assert key is not None and len(slots_of(h.ledger, key)) == 3
     bind_elsewhere(h, gang[0], places[0])
-    assert h.mirror.reserved_count(key) == 2  # its place is used, not counted twice
+    assert len(slots_of(h.ledger, key)) == 2  # its place is used, not counted twice
     assert h.mirror.free(places[0], None)["cpu"] == 1000
     # the claim of a bound member no longer holds a place; the others keep theirs
     assert h.engine.filter(filter_args(gang[1], NODES)).feasible == [places[1]]
@@ -96,11 +97,11 @@ def test_binds_by_another_binder_take_their_places_and_complete_the_gang(h: Harn
     bind_elsewhere(h, gang[2], places[2])
     h.clock.advance(1)
     h.ledger.sweep()
-    state = h.ledger.state(key)
-    assert state is not None and state.admitted_at is None and state.completed == 1
-    assert h.mirror.reserved_count(key) == 0
+    state = h.ledger.record(key)
+    assert state is not None and not state.admitted and state.completed == 1
+    assert len(slots_of(h.ledger, key)) == 0
     assert "GangBound" in h.events.reasons() and "GangPartiallyBound" not in h.events.reasons()
-    assert h.ledger.counters["completed"] == 1
+    assert h.ledger.view.counters()["completed"] == 1
 
 
 def test_a_gang_left_partly_bound_is_told_and_planned_again_around_the_bound(h: Harness) -> None:
@@ -114,20 +115,20 @@ def test_a_gang_left_partly_bound_is_told_and_planned_again_around_the_bound(h: 
     h.clock.advance(20)  # 40 s after admission, 20 s after the last progress: not yet timed out
     bind_elsewhere(h, gang[1], places[1])
     h.ledger.sweep()
-    assert h.ledger.counters["timeouts"] == 0 and h.ledger.counters["partially_bound"] == 0
+    assert h.ledger.view.counters()["timeouts"] == 0 and h.ledger.view.counters()["partially_bound"] == 0
     h.clock.advance(31)
     h.ledger.sweep()
-    assert h.ledger.counters["timeouts"] == 1 and h.ledger.counters["partially_bound"] == 1
+    assert h.ledger.view.counters()["timeouts"] == 1 and h.ledger.view.counters()["partially_bound"] == 1
     (partial,) = h.events.of("GangPartiallyBound")
     assert "2 of 3 members are bound" in partial[3]
-    assert h.mirror.reserved_count(key) == 0
+    assert len(slots_of(h.ledger, key)) == 0
     h.clock.advance(11)  # back-off over: the third member alone is planned and steered
     result = h.engine.filter(filter_args(gang[2], NODES))
-    assert len(result.feasible) == 1 and h.mirror.reserved_count(key) == 1
+    assert len(result.feasible) == 1 and len(slots_of(h.ledger, key)) == 1
     bind_elsewhere(h, gang[2], result.feasible[0])
     h.clock.advance(1)
     h.ledger.sweep()
-    assert h.ledger.state(key).completed == 1  # type: ignore[union-attr]
+    assert h.ledger.record(key).completed == 1  # type: ignore[union-attr]
 
 
 def test_members_wait_at_filter_until_their_gang_is_admitted(h: Harness) -> None:
@@ -169,8 +170,8 @@ def test_a_gang_bound_whole_just_before_its_deadline_completes_not_partly_bound(
     h.clock.advance(1.0)
     h.ledger.sweep()
     assert "GangPartiallyBound" not in h.events.reasons()
-    assert h.ledger.counters["timeouts"] == 0
-    assert h.ledger.state(key).completed == 1  # type: ignore[union-attr]
+    assert h.ledger.view.counters()["timeouts"] == 0
+    assert h.ledger.record(key).completed == 1  # type: ignore[union-attr]
 
 
 def test_a_bind_seen_before_the_deadline_moves_it_even_if_the_sweep_comes_after(h: Harness) -> None:
@@ -182,7 +183,7 @@ def test_a_bind_seen_before_the_deadline_moves_it_even_if_the_sweep_comes_after(
     bind_elsewhere(h, gang[0], places[0])
     h.clock.advance(1.0)
     h.ledger.sweep()
-    assert h.ledger.counters["timeouts"] == 0
+    assert h.ledger.view.counters()["timeouts"] == 0
 
 
 def test_a_claim_made_before_the_pod_watch_saw_the_member_keeps_its_place(h: Harness) -> None:
@@ -208,7 +209,7 @@ def test_claims_are_not_kept_for_uids_the_mirror_never_saw(h: Harness) -> None:
     for i in range(500):
         ghost = pod(f"ghost-{i}", cpu="3", pod_group="a")
         h.engine.filter(filter_args(ghost, NODES))
-    assert len(h.ledger.state(key).claims) <= 2  # type: ignore[union-attr]
+    assert len(h.ledger.record(key).attempt.claims) <= 2  # type: ignore[union-attr]
 
 
 def test_a_replan_after_a_timeout_does_not_steer_the_stuck_member_to_the_same_place(h: Harness) -> None:
@@ -226,7 +227,7 @@ def test_a_replan_after_a_timeout_does_not_steer_the_stuck_member_to_the_same_pl
         assert h.engine.filter(filter_args(gang[0], NODES)).feasible == stuck
     h.clock.advance(31)
     h.ledger.sweep()
-    assert h.ledger.counters["partially_bound"] == 1
+    assert h.ledger.view.counters()["partially_bound"] == 1
     h.clock.advance(11)
     again = h.engine.filter(filter_args(gang[0], NODES)).feasible
     assert again != stuck, (stuck, again)
@@ -241,13 +242,13 @@ def test_a_member_whose_bind_lands_after_the_timeout_completes_the_gang(h: Harne
     h.ledger.sweep()
     h.clock.advance(31)
     h.ledger.sweep()
-    assert h.ledger.counters["partially_bound"] == 1
+    assert h.ledger.view.counters()["partially_bound"] == 1
     h.clock.advance(1)
     bind_elsewhere(h, gang[1], places[1])  # in flight at the timeout
     for _ in range(20):
         h.clock.advance(1)
         h.ledger.sweep()
-    state = h.ledger.state(key)
+    state = h.ledger.record(key)
     assert state is not None and state.completed == 1, state.last_message
     assert "GangBound" in h.events.reasons()
 
@@ -264,17 +265,17 @@ def test_a_place_claimed_by_a_member_in_flight_is_not_reserved_for_another_gang_
     assert h.engine.filter(filter_args(a[1], NODES)).feasible == [places[1]]  # retried at 45 s, sent again
     h.clock.advance(6)
     h.ledger.sweep()  # past the deadline, but a-1 may be being bound
-    assert h.ledger.counters["timeouts"] == 0 and h.mirror.reserved_count(key) == 1
+    assert h.ledger.view.counters()["timeouts"] == 0 and len(slots_of(h.ledger, key)) == 1
     b = members("b", 3)
     h.add(coscheduling_podgroup("b", 3), *b)
     h.engine.filter(filter_args(b[0], NODES))
     b_key = gang_key(h, "b-0")
-    assert h.mirror.reserved_count(b_key) == 0  # b needs the place a-1 was sent to: not while it may land
+    assert len(slots_of(h.ledger, b_key)) == 0  # b needs the place a-1 was sent to: not while it may land
     h.clock.advance(23)  # 29 s (hold_seconds) after a-1 was last sent: given up
     h.ledger.sweep()
-    assert h.ledger.counters["timeouts"] == 1 and h.mirror.reserved_count(key) == 0
+    assert h.ledger.view.counters()["timeouts"] == 1 and len(slots_of(h.ledger, key)) == 0
     h.engine.filter(filter_args(b[0], NODES))
-    assert places[1] in {at for at, _ in h.mirror.reserved_slots(b_key)}
+    assert places[1] in {at for at, _ in slots_of(h.ledger, b_key)}
 
 
 def test_a_small_members_claim_does_not_shut_a_big_member_out_of_its_own_place() -> None:
@@ -301,9 +302,9 @@ def test_barrier_a_finished_member_first_seen_bound_takes_no_reserved_place() ->
         h.add(coscheduling_podgroup("a", 2), *gang)
         h.engine.filter(filter_args(gang[0], NODES))
         key = gang_key(h, "a-0")
-        assert h.mirror.reserved_count(key) == 2
+        assert len(slots_of(h.ledger, key)) == 2
         h.add(pod("a-old", cpu="3", pod_group="a", node="n4", phase="Failed"))
-        assert h.mirror.reserved_count(key) == 2
+        assert len(slots_of(h.ledger, key)) == 2
     finally:
         h.close()
 
@@ -314,10 +315,12 @@ def test_a_filters_sweep_follows_only_gangs_the_binder_bound_a_member_of(h: Harn
     tick's sweep (min_interval 0) counts every admitted gang (the safety net, and a lowered minCount)."""
     a, a_places, a_key = sent_to_places(h, "a", 2)
     *_, b_key = sent_to_places(h, "b", 2)
-    h.mirror.take_bound_gangs()  # recording starts at the first take
+    h.ledger.registry.take_bound_gangs()  # only binds from now on
     counted: list[Any] = []
-    real = h.ledger._follow_binds
-    h.ledger._follow_binds = lambda state, now: counted.append(state.gang) or real(state, now)  # type: ignore[method-assign]
+    mode = h.ledger.mode
+    assert isinstance(mode, FilterGated)
+    real = mode.follow_binds
+    mode.follow_binds = lambda record, now: counted.append(record.key) or real(record, now)  # type: ignore[method-assign]
     h.clock.advance(1)
     h.ledger.sweep(0.05)
     assert counted == []
@@ -328,7 +331,7 @@ def test_a_filters_sweep_follows_only_gangs_the_binder_bound_a_member_of(h: Harn
     bind_elsewhere(h, a[1], a_places[1])
     h.clock.advance(1)
     h.ledger.sweep(0.05)
-    state = h.ledger.state(a_key)
+    state = h.ledger.record(a_key)
     assert state is not None and state.completed == 1  # completed from the filter's sweep
     counted.clear()
     h.ledger.sweep()

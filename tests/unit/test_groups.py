@@ -20,8 +20,8 @@ from extender.cluster.groups import (
     podgroup_group,
     workload_groups,
 )
-from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef
 from extender.errors import GroupError
+from extender.model.gang import GangKey, GangPolicy, GroupKind, GroupRef
 
 WL = GroupKind.WORKLOAD
 CO = GroupKind.COSCHEDULING

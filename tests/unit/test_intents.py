@@ -12,6 +12,8 @@ from extender.errors import FencedError, IntentNotRecordedError, IntentsFullErro
 from extender.files.journal import JournalPod, Release
 from extender.kube.intents import ANNOTATIONS_LIMIT, KEY, ReleaseIntents, encode
 from extender.kube.leader import LeaderElector
+from extender.model.gang import GangKey
+from tests.builders import gang_key
 from tests.lease_fake import Clock, FakeLeaseApi, FakeLeases
 from tests.unit.test_leader import CONFIG
 
@@ -25,10 +27,12 @@ def replica(server: FakeLeases, clock: Clock, name: str, max_bytes: int = 128 * 
 
 
 def on_lease(server: FakeLeases) -> dict[int, tuple[str, list[list[str]]]]:
+    """The open releases on the Lease: id -> (gang as ``str(GangKey)``, members)."""
     value = (server.lease()["metadata"].get("annotations") or {}).get(KEY)
     if value is None:
         return {}
-    return {entry["id"]: (entry["gang"], entry["pods"]) for entry in orjson.loads(value)["open"]}
+    return {entry["id"]: (str(GangKey.from_json(entry["gang"])), entry["pods"])
+            for entry in orjson.loads(value)["open"]}
 
 
 def api(elector: LeaderElector) -> FakeLeaseApi:
@@ -40,9 +44,9 @@ def test_an_intent_is_on_the_lease_before_opened_returns_and_gone_after_closed()
     server, clock = FakeLeases(), Clock()
     elector, intents = replica(server, clock, "a")
     elector.step()
-    first = intents.opened("ns/train", PODS)
+    first = intents.opened(gang_key("ns/train"), PODS)
     assert on_lease(server) == {first: ("ns/train", [list(p) for p in PODS])}
-    second = intents.opened("ns/other", PODS[:1])
+    second = intents.opened(gang_key("ns/other"), PODS[:1])
     assert second > first
     intents.closed(first)
     assert list(on_lease(server)) == [second]
@@ -60,7 +64,7 @@ def test_a_replica_that_does_not_lead_records_nothing() -> None:
     b.step()
     writes = server.writes
     with pytest.raises(IntentNotRecordedError, match="not the leader"):
-        b_intents.opened("ns/train", PODS)
+        b_intents.opened(gang_key("ns/train"), PODS)
     assert server.writes == writes
 
 
@@ -70,20 +74,20 @@ def test_a_deposed_leader_is_fenced_and_the_next_leader_finishes_its_releases() 
     a, a_intents = replica(server, a_clock, "a")
     b, b_intents = replica(server, b_clock, "b")
     a.step()
-    kept = a_intents.opened("ns/train", PODS)
+    kept = a_intents.opened(gang_key("ns/train"), PODS)
     b.step()
     b_clock.now += CONFIG.lease_duration  # a stopped renewing (its clock stands still: it believes it leads)
     assert b.step()
     with pytest.raises(IntentNotRecordedError) as refused:
-        a_intents.opened("ns/late", PODS[:1])
+        a_intents.opened(gang_key("ns/late"), PODS[:1])
     assert isinstance(refused.value.__cause__, FencedError)
     assert list(on_lease(server)) == [kept], "the deposed leader's intent was not written"
-    assert [(r.id, r.gang, r.pods) for r in b_intents.unfinished] == [
+    assert [(r.id, str(r.gang), r.pods) for r in b_intents.unfinished] == [
         (kept, "ns/train", tuple(JournalPod(*p) for p in PODS))]
     b_clock.now += CONFIG.retry_period
     b.step()  # b's renewals keep the inherited intent until b closes it
     assert list(on_lease(server)) == [kept]
-    new = b_intents.opened("ns/next", PODS[:1])
+    new = b_intents.opened(gang_key("ns/next"), PODS[:1])
     assert new > kept, "ids are never reused across leaders"
     b_intents.closed(kept)
     assert b_intents.unfinished == []
@@ -94,7 +98,7 @@ def test_renewals_never_drop_an_intent_and_a_failed_clear_is_written_by_the_next
     server, clock = FakeLeases(), Clock()
     elector, intents = replica(server, clock, "a")
     elector.step()
-    first = intents.opened("ns/a", PODS)
+    first = intents.opened(gang_key("ns/a"), PODS)
     for _ in range(3):
         clock.now += CONFIG.retry_period
         elector.step()
@@ -114,7 +118,7 @@ def test_an_intent_whose_write_timed_out_is_not_reported_recorded() -> None:
     elector.step()
     api(elector).lose_reply = True  # applied by the server, but the reply never came
     with pytest.raises(IntentNotRecordedError, match="timed out"):
-        intents.opened("ns/a", PODS)
+        intents.opened(gang_key("ns/a"), PODS)
     assert intents.open_count() == 0
     clock.now += CONFIG.retry_period
     assert elector.step(), "the renewal re-reads the Lease (still ours) and writes over it"
@@ -123,17 +127,17 @@ def test_an_intent_whose_write_timed_out_is_not_reported_recorded() -> None:
 
 def test_the_open_releases_are_bounded() -> None:
     server, clock = FakeLeases(), Clock()
-    first, second = Release(1, "ns/a", tuple(JournalPod(*p) for p in PODS)), Release(2, "ns/b", ())
+    first, second = Release(1, gang_key("ns/a"), tuple(JournalPod(*p) for p in PODS)), Release(2, gang_key("ns/b"), ())
     both = len(encode([first, second], 3))
     assert len(encode([second], 3)) < both - 1
     elector, intents = replica(server, clock, "a", max_bytes=both - 1)
     elector.step()
-    assert intents.opened("ns/a", PODS) == 1
+    assert intents.opened(gang_key("ns/a"), PODS) == 1
     with pytest.raises(IntentsFullError, match="release-intents-max-bytes"):
-        intents.opened("ns/b", [])
+        intents.opened(gang_key("ns/b"), [])
     assert list(on_lease(server)) == [1]
     intents.closed(1)
-    assert intents.opened("ns/b", []) > 1, "room again once a release is closed"
+    assert intents.opened(gang_key("ns/b"), []) > 1, "room again once a release is closed"
 
 
 def test_the_api_servers_limit_on_all_annotations_is_respected() -> None:
@@ -145,21 +149,22 @@ def test_the_api_servers_limit_on_all_annotations_is_respected() -> None:
     elector.step()
     big = [("ns", f"worker-{i:05d}", f"{i:036d}", f"node-{i:05d}") for i in range(1000)]
     with pytest.raises(IntentsFullError, match="limit"):
-        intents.opened("ns/big", big)
+        intents.opened(gang_key("ns/big"), big)
     assert elector.is_leader()
-    assert intents.opened("ns/small", PODS) > 0
+    assert intents.opened(gang_key("ns/small"), PODS) > 0
 
 
 def test_an_unreadable_annotation_does_not_stop_a_takeover() -> None:
     server, clock = FakeLeases(), Clock()
-    good = {"id": 4, "gang": "ns/a", "pods": [list(PODS[0])]}
-    value = orjson.dumps({"next": 9, "open": [good, {"id": "x"}, {"gang": "ns/b"}]}).decode()
+    good = {"id": 4, "gang": gang_key("ns/a").to_json(), "pods": [list(PODS[0])]}
+    older = {"id": 5, "gang": "ns/old", "pods": [list(PODS[0])]}  # an older version named gangs by a string
+    value = orjson.dumps({"next": 9, "open": [good, {"id": "x"}, {"gang": "ns/b"}, older]}).decode()
     server.objects[("ns", "lease")] = {"metadata": {"name": "lease", "namespace": "ns", "resourceVersion": "1",
                                                     "annotations": {KEY: value}}, "spec": {}}
     elector, intents = replica(server, clock, "a")
     assert elector.step()
-    assert [(r.id, r.gang) for r in intents.unfinished] == [(4, "ns/a")]
-    assert intents.opened("ns/c", PODS) == 9
+    assert [(r.id, r.gang) for r in intents.unfinished] == [(4, gang_key("ns/a")), (5, None)]
+    assert intents.opened(gang_key("ns/c"), PODS) == 9
 
     elector.release()
     server.edit("ns", "lease", lambda obj: obj["metadata"]["annotations"].update({KEY: "{not json"}))

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from extender.cluster.model import PodRecord
 from extender.config import Settings, load
 from extender.engine.ports import EVICTION_OUTCOMES, EvictionOutcome
 from extender.errors import BudgetError, EvictionError, GoneError, KubeError
 from extender.http.metrics import Metrics
 from extender.kube.events import EventRecorder
 from extender.kube.evictions import PREEMPTED, KubeEvictor, RateBound
+from extender.model.cluster import PodRecord
 from extender.wiring.composition import compose, from_snapshot
 from tests.builders import FakeBinder, FakeClock
 from tests.evictor_fake import FakeEvictor

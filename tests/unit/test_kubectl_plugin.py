@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.model import GroupKind
 from extender.errors import KubeError
 from extender.gangs import explanation
 from extender.kube.client import kubeconfig_namespace
 from extender.kube.publishing import ANNOTATION, REASON, ExplainPublisher, Published
 from extender.kubectl import collect, main, render
+from extender.model.gang import GroupKind
 from extender.wiring.reporting import explained
 from tests.builders import FakeClock, coscheduling_podgroup, filter_args, make_engine, node, pod, workload
 
@@ -117,7 +117,7 @@ def test_explanations_go_on_the_group_object_or_the_first_member() -> None:
         h.add(*members, *loose)
         h.engine.filter(filter_args(members[0], ["n1", "n2"]))
         h.engine.filter(filter_args(loose[0], ["n1", "n2"]))
-        gangs = h.ledger.known_gangs()
+        gangs = h.ledger.view.known_gangs()
         assert [str(g) for g in gangs] == ["ml/ann", "ml/train"]
         published = {p.key: p for g in gangs if (p := explained(h.ledger, h.mirror, g, now=lambda: 500.0))}
         train, ann = published["ml/train"], published["ml/ann"]

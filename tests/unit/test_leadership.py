@@ -32,13 +32,14 @@ class Replica:
     def __init__(self, server: FakeLeases, clock: Clock, name: str) -> None:
         self.h = make_engine(bind_parallelism=1)  # a release's Bindings one after another
         self.h.add(*(node(n) for n in NODES4))
-        self.leadership = Leadership(CONFIG.lease_duration, self.h.ledger, self.h.mirror, clock=clock)
+        self.leadership = Leadership(CONFIG.lease_duration, self.h.ledger.view, self.h.mirror,
+                                     self.h.engine.let_through, clock=clock)
         self.elector = LeaderElector(server.client(), CONFIG, name, clock=clock, eligible=self.leadership.eligible,
                                      on_started=self.leadership.gained)
         self.intents = ReleaseIntents(self.elector)
         self.leadership.attach(self.elector, self.intents)
-        self.h.engine.release_log = self.intents
-        self.h.engine.may_act = self.elector.is_leader
+        self.h.engine.binding.release_log = self.intents
+        self.h.engine.binding.may_act = self.elector.is_leader
 
 
 @pytest.fixture
@@ -111,7 +112,8 @@ def test_a_release_is_on_the_lease_before_its_first_binding(world: tuple[FakeLea
 
         r.h.binder.bind = bind  # type: ignore[method-assign]
         assert bind_all(r.h, gang(r.h)) == dict.fromkeys(("a-0", "a-1", "a-2", "a-3"), "")
-        assert len(seen) == 4 and all('"gang":"default/a"' in value for value in seen)
+        written = '"gang":{"kind":"PodGroup.x-k8s.io","namespace":"default","name":"a"'
+        assert len(seen) == 4 and all(written in value for value in seen)
         assert '"open":[]' in server.lease()["metadata"]["annotations"]["gang-extender.io/releases"]
     finally:
         r.h.close()
@@ -159,7 +161,7 @@ def test_a_leader_deposed_midway_stops_binding_and_the_next_lets_the_rest_throug
         b.elector.step()  # sees a's Lease, unchanged since a's last renewal
         clock.now += CONFIG.lease_duration
         b.elector.step()
-        assert b.elector.is_leader() and [r.gang for r in b.intents.unfinished] == ["default/a"]
+        assert b.elector.is_leader() and [str(r.gang) for r in b.intents.unfinished] == ["default/a"]
         stop = threading.Event()
         threading.Thread(target=b.leadership.resume_when_listed, args=(lambda: True, stop), daemon=True).start()
         deadline = time.monotonic() + 5
@@ -174,7 +176,7 @@ def test_a_leader_deposed_midway_stops_binding_and_the_next_lets_the_rest_throug
         worker.join(5)
         assert answers == [""] * len(rest), "each passed the barrier at once"
         assert b.h.binder.bound_names == sorted(m["metadata"]["name"] for m in rest), "no barrier for them"
-        assert [r.gang for r in b.intents.unfinished] == ["default/a"], "open until its members are bound"
+        assert [str(r.gang) for r in b.intents.unfinished] == ["default/a"], "open until its members are bound"
         for i, member in enumerate(rest):  # the pod watch reports them bound
             b.h.add({**member, "spec": {**member["spec"], "nodeName": ["n2", "n3", "n4"][i]}})
         deadline = time.monotonic() + 5
@@ -193,7 +195,8 @@ def test_the_verbs_answer_error_on_a_replica_that_does_not_lead(tmp_path: Path,
     snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [node("n1")]}))
     runtime = from_snapshot(Settings(cluster_snapshot=str(snapshot)))
     try:
-        leadership = runtime.leadership = Leadership(CONFIG.lease_duration, runtime.ledger, runtime.mirror, clock=clock)
+        leadership = runtime.leadership = Leadership(CONFIG.lease_duration, runtime.ledger.view, runtime.mirror,
+                                                     runtime.engine.let_through, clock=clock)
         elector = LeaderElector(server.client(), CONFIG, "a", clock=clock, eligible=leadership.eligible)
         leadership.attach(elector, ReleaseIntents(elector))
         elector.step()
@@ -217,7 +220,7 @@ def test_a_leader_with_pods_waiting_on_it_keeps_the_lease_while_idle(world: tupl
         r.leadership.called()
         r.elector.step()
         r.h.engine.filter(filter_args(members[0], NODES4))  # admitted: waiting for its members
-        assert r.h.ledger.pending()
+        assert r.h.ledger.view.pending()
         for _ in range(60):  # two minutes without a call
             clock.now += 2
             r.elector.step()

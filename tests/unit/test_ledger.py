@@ -7,10 +7,12 @@ from typing import Any
 import pytest
 
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import PASS, Code, GangKey, GangPolicy, GroupKind, PodRecord, Verdict
 from extender.gangs import planner
 from extender.gangs.ledger import BindAction, GangLedger
-from tests.builders import EventLog, FakeClock, coscheduling_podgroup, node, pod
+from extender.gangs.settings import GangSettings
+from extender.model.cluster import PodRecord
+from extender.model.gang import PASS, Code, GangKey, GangPolicy, GroupKind, Verdict
+from tests.builders import EventLog, FakeClock, coscheduling_podgroup, node, pod, slots_of
 
 NODES4 = ["n1", "n2", "n3", "n4"]
 SLOT = {"cpu": 3000, "memory": 2**30, "pods": 1}
@@ -24,9 +26,9 @@ class World:
         self.clock = FakeClock()
         self.events = EventLog()
         self.mirror = ClusterMirror()
-        self.ledger = GangLedger(self.mirror, timeout_seconds=timeout, backoff_seconds=backoff,
-                                 max_backoff_seconds=max_backoff, clock=self.clock, on_event=self.events,
-                                 hold_seconds=hold)
+        settings = GangSettings(timeout_seconds=timeout, backoff_seconds=backoff, max_backoff_seconds=max_backoff,
+                                hold_seconds=hold)
+        self.ledger = GangLedger(self.mirror, settings, clock=self.clock, on_event=self.events)
         for name in NODES4:
             self.mirror.upsert_node(node(name))
 
@@ -50,24 +52,25 @@ def w() -> World:
 
 def test_admission_reserves_the_whole_gang_and_starts_the_clock(w: World) -> None:
     a = w.gang("a", 4)
-    assert w.ledger.admission(key(a[0]), POLICY) == PASS
-    state = w.ledger.state(key(a[0]))
+    assert w.ledger.admit(key(a[0]), POLICY) == PASS
+    state = w.ledger.record(key(a[0]))
     assert state is not None
-    assert state.admitted_at == w.clock.now and state.deadline == w.clock.now + 30
-    assert sorted(node for node, _ in w.mirror.reserved_slots(key(a[0]))) == NODES4
+    assert state.reservation is not None and state.admitted and state.reservation.since == w.clock.now
+    assert state.attempt.deadline == w.clock.now + 30
+    assert sorted(node for node, _ in slots_of(w.ledger, key(a[0]))) == NODES4
     assert state.last_message == "admitted: 4 member(s) reserved on 4 node(s)"
     assert w.mirror.reservation(key(a[0])) == dict.fromkeys(NODES4, SLOT)
-    assert w.ledger.counters["admitted"] == 1
+    assert w.ledger.view.counters()["admitted"] == 1
     # Admission is idempotent: the second member does not re-plan or re-reserve.
-    assert w.ledger.admission(key(a[1]), POLICY) == PASS
-    assert w.ledger.counters["admitted"] == 1 and len(w.events.of("GangAdmitted")) == 1
+    assert w.ledger.admit(key(a[1]), POLICY) == PASS
+    assert w.ledger.view.counters()["admitted"] == 1 and len(w.events.of("GangAdmitted")) == 1
 
 
 def test_admission_plans_only_the_members_still_missing(w: World) -> None:
     a = w.gang("a", 4)
     w.add(pod("a-0", uid=a[0].uid, cpu="3", pod_group="a", node="n1"))  # already bound
     w.add(pod("a-1", uid=a[1].uid, cpu="3", pod_group="a", node="n2"))
-    assert w.ledger.admission(key(a[0]), POLICY) == PASS
+    assert w.ledger.admit(key(a[0]), POLICY) == PASS
     assert w.mirror.reservation(key(a[0])) == {"n3": SLOT, "n4": SLOT}
     assert w.events.of("GangAdmitted")[0][3] == "gang default/a admitted: capacity reserved for 2 more member(s)"
 
@@ -75,19 +78,19 @@ def test_admission_plans_only_the_members_still_missing(w: World) -> None:
 def test_admission_waits_without_reserving_when_the_rest_does_not_fit(w: World) -> None:
     a = w.gang("a", 4)
     w.add(pod("hog", cpu="2", node="n1"))
-    verdict = w.ledger.admission(key(a[0]), POLICY)
+    verdict = w.ledger.admit(key(a[0]), POLICY)
     assert verdict == Verdict(Code.WAIT_RESOLVABLE, "waiting for capacity for gang default/a: 3/4 remaining "
                                                     "members fit; no node has cpu=3 free (largest free falls "
                                                     "short by cpu=1)")
     assert w.mirror.reservation(key(a[0])) == {}
-    state = w.ledger.state(key(a[0]))
-    assert state is not None and state.admitted_at is None and state.last_message == verdict.message
+    state = w.ledger.record(key(a[0]))
+    assert state is not None and not state.admitted and state.last_message == verdict.message
 
 
 def test_bind_decisions_hold_until_quorum_then_release_all(w: World) -> None:
     a = w.gang("a", 4)
     gang = key(a[0])
-    assert w.ledger.admission(gang, POLICY) == PASS
+    assert w.ledger.admit(gang, POLICY) == PASS
     decisions = []
     for member, target in zip(a[:3], NODES4, strict=False):
         decision = w.ledger.on_bind(member, target, POLICY)
@@ -96,7 +99,7 @@ def test_bind_decisions_hold_until_quorum_then_release_all(w: World) -> None:
         assert w.mirror.placement(member.uid) == target  # assumed while held
     # Each landed member consumed its slot: only n4 is still reserved.
     assert w.mirror.reservation(gang) == {"n4": SLOT}
-    assert w.ledger.held_count() == 3
+    assert w.ledger.view.held_count() == 3
 
     last = w.ledger.on_bind(a[3], "n4", POLICY)
     assert last.action is BindAction.RELEASE
@@ -105,12 +108,12 @@ def test_bind_decisions_hold_until_quorum_then_release_all(w: World) -> None:
     assert w.mirror.reservation(gang) == {}
 
     w.ledger.released(gang, [(h, "") for h in last.holds])
-    assert all(h.done.is_set() and h.result == "" for h in last.holds)
-    state = w.ledger.state(gang)
+    assert all(h.answered and h.result == "" for h in last.holds)
+    state = w.ledger.record(gang)
     assert state is not None
-    assert state.holds == {} and state.admitted_at is None and state.completed == 1
+    assert state.holds == {} and not state.admitted and state.completed == 1
     assert state.last_message == "quorum reached: members bound"
-    assert w.ledger.counters["completed"] == 1
+    assert w.ledger.view.counters()["completed"] == 1
     assert w.events.reasons() == ["GangAdmitted", "GangBound"]
 
 
@@ -121,7 +124,7 @@ def test_bind_of_a_non_gang_pod_is_immediate_and_assumed(w: World) -> None:
     assert w.mirror.placement(web.uid) == "n1"
     w.ledger.bound(web, "boom")
     assert w.mirror.placement(web.uid) == ""
-    assert w.ledger.counters["bind_errors"] == 1
+    assert w.ledger.view.counters()["bind_errors"] == 1
 
 
 def test_released_with_errors_forgets_failed_members(w: World) -> None:
@@ -170,21 +173,21 @@ def test_rejections(w: World) -> None:
 def test_each_new_member_at_the_barrier_moves_the_deadline(w: World) -> None:
     a = w.gang("a", 4)
     gang = key(a[0])
-    w.ledger.admission(gang, POLICY)
+    w.ledger.admit(gang, POLICY)
     w.clock.advance(20)
     w.ledger.on_bind(a[0], "n1", POLICY)
-    state = w.ledger.state(gang)
-    assert state is not None and state.deadline == w.clock.now + 30  # the first hold starts the clock
+    state = w.ledger.record(gang)
+    assert state is not None and state.attempt.deadline == w.clock.now + 30  # the first hold starts the clock
     w.clock.advance(5)
     w.ledger.on_bind(a[1], "n2", POLICY)
-    assert state.deadline == w.clock.now + 30  # progress: a member new to this attempt
+    assert state.attempt.deadline == w.clock.now + 30  # progress: a member new to this attempt
     assert w.ledger.due(gang) == w.clock.now + 24  # but a[0]'s hold is answered 29 s after it arrived
 
 
 def test_a_progressing_gang_recycles_its_oldest_hold_instead_of_timing_out(w: World) -> None:
     a = w.gang("a", 4)
     gang = key(a[0])
-    w.ledger.admission(gang, POLICY)
+    w.ledger.admit(gang, POLICY)
     reserved = w.mirror.reservation(gang)
     first = w.ledger.on_bind(a[0], "n1", POLICY).hold
     w.clock.advance(20)
@@ -192,18 +195,18 @@ def test_a_progressing_gang_recycles_its_oldest_hold_instead_of_timing_out(w: Wo
     assert first is not None and second is not None
     w.clock.advance(8.9)
     w.ledger.sweep()
-    assert not first.done.is_set()
+    assert not first.answered
     w.clock.advance(0.1)  # a[0] held 29 s (httpTimeout less the margin); the gang's last progress 9 s ago
     w.ledger.sweep()
-    assert first.done.is_set() and second.done.is_set(), "the gang's holds are answered together"
+    assert first.answered and second.answered, "the gang's holds are answered together"
     assert first.result is not None and "still gathering members (2/4 placed" in first.result
     assert "keeps its reserved place" in first.result and second.result == first.result
-    assert w.ledger.counters == {**w.ledger.counters, "timeouts": 0, "holds_recycled": 2}
+    assert w.ledger.view.counters() == {**w.ledger.view.counters(), "timeouts": 0, "holds_recycled": 2}
     assert w.mirror.placement(a[0].uid) == "" and w.mirror.placement(a[1].uid) == ""
     assert w.mirror.reservation(gang) == reserved, "both slots are reserved again"
     # a[0] comes back (kube-scheduler retried it): held again, but that is not progress
     again = w.ledger.on_bind(a[0], "n1", POLICY).hold
-    assert again is not None and w.ledger.state(gang).deadline == w.clock.now + 21  # type: ignore[union-attr]
+    assert again is not None and w.ledger.record(gang).attempt.deadline == w.clock.now + 21  # type: ignore[union-attr]
     w.ledger.on_bind(a[1], "n2", POLICY)
     w.clock.advance(5)
     decisions = [w.ledger.on_bind(m, n, POLICY) for m, n in zip(a[2:], ["n3", "n4"], strict=True)]
@@ -213,7 +216,7 @@ def test_a_progressing_gang_recycles_its_oldest_hold_instead_of_timing_out(w: Wo
 def test_a_gang_without_new_members_times_out_even_while_holds_are_recycled(w: World) -> None:
     a = w.gang("a", 4)
     gang = key(a[0])
-    w.ledger.admission(gang, POLICY)
+    w.ledger.admit(gang, POLICY)
     w.ledger.on_bind(a[0], "n1", POLICY)
     w.clock.advance(10)
     w.ledger.on_bind(a[1], "n2", POLICY)  # deadline: now + 30
@@ -222,9 +225,9 @@ def test_a_gang_without_new_members_times_out_even_while_holds_are_recycled(w: W
     again = w.ledger.on_bind(a[0], "n1", POLICY).hold
     w.clock.advance(10)  # 30 s since a[1], the last new member
     w.ledger.sweep()
-    assert again is not None and again.done.is_set() and again.result is not None
+    assert again is not None and again.answered and again.result is not None
     assert again.result.startswith("gang default/a timed out after 30s")
-    assert w.ledger.counters["timeouts"] == 1 and w.ledger.counters["holds_recycled"] == 2
+    assert w.ledger.view.counters()["timeouts"] == 1 and w.ledger.view.counters()["holds_recycled"] == 2
     assert w.mirror.reservation(gang) == {}
 
 
@@ -232,21 +235,21 @@ def test_expiry_answers_holds_releases_and_backs_off() -> None:
     w = World(hold=60)  # kube-scheduler waits longer than the gang: the gang's timeout answers the holds
     a = w.gang("a", 4)
     gang = key(a[0])
-    w.ledger.admission(gang, POLICY)
+    w.ledger.admit(gang, POLICY)
     holds = [w.ledger.on_bind(m, n, POLICY).hold for m, n in zip(a[:2], NODES4, strict=False)]
     w.clock.advance(29)
-    w.ledger.expire_if_due(gang)
-    assert all(h is not None and not h.done.is_set() for h in holds)
+    w.ledger.expire(gang)
+    assert all(h is not None and not h.answered for h in holds)
     w.clock.advance(1)
-    w.ledger.expire_if_due(gang)
+    w.ledger.expire(gang)
     message = ("gang default/a timed out after 30s with 2 member(s) held of 4 needed; released its reservation "
                "and backing off")
-    assert all(h is not None and h.done.is_set() and h.result == message for h in holds)
+    assert all(h is not None and h.answered and h.result == message for h in holds)
     assert w.mirror.placement(a[0].uid) == "" and w.mirror.placement(a[1].uid) == ""
     assert w.mirror.reservation(gang) == {}
-    state = w.ledger.state(gang)
+    state = w.ledger.record(gang)
     assert state is not None and state.timeouts == 1 and state.backoff_until == w.clock.now + 10
-    assert w.ledger.admission(gang, POLICY) == Verdict(
+    assert w.ledger.admit(gang, POLICY) == Verdict(
         Code.WAIT_RESOLVABLE, "gang default/a is backing off for 10s after 1 timeout(s) so other gangs can proceed")
     assert w.events.of("GangTimeout")[0][0] == ("a-0", "a-1", "a-2", "a-3")
 
@@ -257,11 +260,11 @@ def test_backoff_is_capped() -> None:
     gang = key(a[0])
     for expected in (100, 150, 150):
         w.clock.advance(1000)
-        assert w.ledger.admission(gang, GangPolicy(2)) == PASS
+        assert w.ledger.admit(gang, GangPolicy(2)) == PASS
         w.ledger.on_bind(a[0], "n1", GangPolicy(2))
         w.clock.advance(1)
         w.ledger.sweep()
-        state = w.ledger.state(gang)
+        state = w.ledger.record(gang)
         assert state is not None and state.backoff_until == w.clock.now + expected
 
 
@@ -271,37 +274,37 @@ def test_release_in_flight_is_not_timed_out(w: World) -> None:
     w.ledger.on_bind(a[0], "n1", GangPolicy(2))
     release = w.ledger.on_bind(a[1], "n2", GangPolicy(2))
     w.clock.advance(60)
-    w.ledger.expire_if_due(gang)
-    assert w.ledger.counters["timeouts"] == 0
-    assert not any(h.done.is_set() for h in release.holds)
+    w.ledger.expire(gang)
+    assert w.ledger.view.counters()["timeouts"] == 0
+    assert not any(h.answered for h in release.holds)
     w.ledger.released(gang, [(h, "") for h in release.holds])
-    assert w.ledger.counters["completed"] == 1
+    assert w.ledger.view.counters()["completed"] == 1
 
 
 def test_sweep_forgets_gangs_without_members(w: World) -> None:
     a = w.gang("a", 4)
     gang = key(a[0])
-    w.ledger.admission(gang, POLICY)
+    w.ledger.admit(gang, POLICY)
     assert w.mirror.reservation(gang) != {}
     for member in a:
         w.mirror.delete_pod(member.uid)
     w.ledger.sweep()
-    assert w.ledger.state(gang) is None
+    assert w.ledger.record(gang) is None
     assert w.mirror.reservation(gang) == {}
 
 
 def test_never_fits_is_rechecked_when_nodes_change(w: World) -> None:
     big = w.gang("big", 8, min_count=8)
     gang = key(big[0])
-    verdict = w.ledger.admission(gang, GangPolicy(8))
+    verdict = w.ledger.admit(gang, GangPolicy(8))
     assert verdict.code is Code.WAIT_UNRESOLVABLE
     assert verdict.message.startswith("gang default/big can never fit this cluster: only 4 of 8 members fit")
     w.mirror.upsert_node(node("n1", labels={"new": "label"}))  # not a resize: no recheck needed
-    assert w.ledger.admission(gang, GangPolicy(8)) == verdict
-    assert w.ledger.counters["never_fits"] == 1
+    assert w.ledger.admit(gang, GangPolicy(8)) == verdict
+    assert w.ledger.view.counters()["never_fits"] == 1
     for name in ("n5", "n6", "n7", "n8"):
         w.mirror.upsert_node(node(name))
-    assert w.ledger.admission(gang, GangPolicy(8)) == PASS
+    assert w.ledger.admit(gang, GangPolicy(8)) == PASS
 
 
 def test_never_fits_is_rechecked_when_the_members_change(w: World) -> None:
@@ -310,10 +313,10 @@ def test_never_fits_is_rechecked_when_the_members_change(w: World) -> None:
     too_big = w.add(pod("g-0", cpu="8", pod_group="g"))
     w.add(pod("g-1", cpu="1", pod_group="g"))
     gang = key(too_big)
-    assert w.ledger.admission(gang, GangPolicy(2)).code is Code.WAIT_UNRESOLVABLE
+    assert w.ledger.admit(gang, GangPolicy(2)).code is Code.WAIT_UNRESOLVABLE
     w.mirror.delete_pod(too_big.uid)
     w.add(pod("g-2", cpu="1", pod_group="g"))
-    assert w.ledger.admission(gang, GangPolicy(2)) == PASS
+    assert w.ledger.admit(gang, GangPolicy(2)) == PASS
 
 
 # ------------------------------------------------------------------------- the failed-plan memo
@@ -335,7 +338,7 @@ def waiting_gang(w: World) -> tuple[GangKey, PodRecord, Verdict]:
     """Gang ``a`` (4 x 3 cpu on 4 nodes of 4 cpu) told to wait: a 2-cpu hog sits on n1."""
     a = w.gang("a", 4)
     hog = w.add(pod("hog", cpu="2", node="n1"))
-    verdict = w.ledger.admission(key(a[0]), POLICY)
+    verdict = w.ledger.admit(key(a[0]), POLICY)
     assert verdict.code is Code.WAIT_RESOLVABLE and verdict.message.startswith(
         "waiting for capacity for gang default/a: 3/4 remaining members fit")
     return key(a[0]), hog, verdict
@@ -345,41 +348,41 @@ def test_a_failed_plan_is_reused_while_nothing_changes(w: World, plans: list[int
     gang, _, verdict = waiting_gang(w)
     planned = len(plans)
     for _ in range(3):
-        assert w.ledger.admission(gang, POLICY) == verdict
+        assert w.ledger.admit(gang, POLICY) == verdict
     assert len(plans) == planned  # neither planned again nor checked for fail-fast again
-    state = w.ledger.state(gang)
-    assert state is not None and state.last_message == verdict.message and state.admitted_at is None
+    state = w.ledger.record(gang)
+    assert state is not None and state.last_message == verdict.message and not state.admitted
     # A pod that is not bound anywhere changes no capacity: still reused.
     w.add(pod("pending-elsewhere", cpu="1"))
-    assert w.ledger.admission(gang, POLICY) == verdict and len(plans) == planned
+    assert w.ledger.admit(gang, POLICY) == verdict and len(plans) == planned
 
 
 def test_a_failed_plan_is_dropped_when_a_pod_is_deleted(w: World, plans: list[int]) -> None:
     gang, hog, _ = waiting_gang(w)
     w.mirror.delete_pod(hog.uid)
-    assert w.ledger.admission(gang, POLICY) == PASS
+    assert w.ledger.admit(gang, POLICY) == PASS
     assert w.mirror.reservation(gang) == dict.fromkeys(NODES4, SLOT)
 
 
 def test_a_failed_plan_is_dropped_when_a_node_is_added(w: World, plans: list[int]) -> None:
     gang, _, _ = waiting_gang(w)
     w.mirror.upsert_node(node("n5"))
-    assert w.ledger.admission(gang, POLICY) == PASS
+    assert w.ledger.admit(gang, POLICY) == PASS
     assert sorted(w.mirror.reservation(gang)) == ["n2", "n3", "n4", "n5"]
 
 
 def test_a_failed_plan_is_dropped_when_a_reservation_is_released(w: World, plans: list[int]) -> None:
     b = w.gang("b", 2, min_count=2)
-    assert w.ledger.admission(key(b[0]), GangPolicy(2)) == PASS  # b reserves 3 cpu on two nodes
+    assert w.ledger.admit(key(b[0]), GangPolicy(2)) == PASS  # b reserves 3 cpu on two nodes
     a = w.gang("a", 4)
-    verdict = w.ledger.admission(key(a[0]), POLICY)
+    verdict = w.ledger.admit(key(a[0]), POLICY)
     assert verdict.message.startswith("waiting for capacity for gang default/a: 2/4 remaining members fit")
     planned = len(plans)
-    assert w.ledger.admission(key(a[0]), POLICY) == verdict and len(plans) == planned
+    assert w.ledger.admit(key(a[0]), POLICY) == verdict and len(plans) == planned
     w.clock.advance(31)
-    w.ledger.expire_if_due(key(b[0]))  # b times out: its reservation is released
+    w.ledger.expire(key(b[0]))  # b times out: its reservation is released
     assert w.mirror.reservation(key(b[0])) == {}
-    assert w.ledger.admission(key(a[0]), POLICY) == PASS
+    assert w.ledger.admit(key(a[0]), POLICY) == PASS
     assert w.mirror.reservation(key(a[0])) == dict.fromkeys(NODES4, SLOT)
 
 
@@ -391,11 +394,11 @@ def test_a_failed_plan_is_dropped_when_the_members_change(w: World, plans: list[
     big = w.add(pod("g-0", cpu="3", pod_group="g"))
     w.add(pod("g-1", cpu="2", pod_group="g"))
     gang = key(big)
-    verdict = w.ledger.admission(gang, GangPolicy(2))
+    verdict = w.ledger.admit(gang, GangPolicy(2))
     assert verdict.message.startswith("waiting for capacity for gang default/g: 1/2 remaining members fit")
     w.mirror.delete_pod(big.uid)  # replaced by a smaller member: no node changed, the members did
     w.add(pod("g-2", cpu="1", pod_group="g"))
-    assert w.ledger.admission(gang, GangPolicy(2)) == PASS
+    assert w.ledger.admit(gang, GangPolicy(2)) == PASS
     assert w.mirror.reservation(gang) == {"n1": {"cpu": 1000, "memory": 2**30, "pods": 1},
                                           "n4": {"cpu": 2000, "memory": 2**30, "pods": 1}}
 
@@ -406,10 +409,10 @@ def test_a_failed_plan_is_planned_again_after_any_capacity_change(w: World, plan
     gang, _, verdict = waiting_gang(w)
     planned = len(plans)
     w.add(pod("small", cpu="100m", node="n2"))
-    again = w.ledger.admission(gang, POLICY)
+    again = w.ledger.admit(gang, POLICY)
     assert again == verdict and again is not verdict  # the same answer, planned again
     assert len(plans) == planned + 1
-    assert w.ledger.admission(gang, POLICY) == again and len(plans) == planned + 1
+    assert w.ledger.admit(gang, POLICY) == again and len(plans) == planned + 1
 
 
 def test_a_filter_sweep_walks_only_the_gangs_with_work_and_still_times_them_out(w: World) -> None:
@@ -418,22 +421,22 @@ def test_a_filter_sweep_walks_only_the_gangs_with_work_and_still_times_them_out(
     policy = GangPolicy(2)
     for name in ("done-1", "done-2", "done-3"):
         members = w.gang(name, 2, min_count=2, cpu="100m")
-        assert w.ledger.admission(key(members[0]), policy) == PASS
+        assert w.ledger.admit(key(members[0]), policy) == PASS
         w.ledger.on_bind(members[0], "n1", policy)
         release = w.ledger.on_bind(members[1], "n1", policy)
         w.ledger.released(key(members[0]), [(h, "") for h in release.holds])
-    assert w.ledger.counters["completed"] == 3
+    assert w.ledger.view.counters()["completed"] == 3
     late = w.gang("late", 2, min_count=2, cpu="100m")
-    assert w.ledger.admission(key(late[0]), policy) == PASS
+    assert w.ledger.admit(key(late[0]), policy) == PASS
     w.ledger.sweep(0.05)
-    assert [s.gang for s in w.ledger._busy_states()] == [key(late[0])]  # the completed gangs left
+    assert [r.key for r in w.ledger.registry.busy()] == [key(late[0])]  # the completed gangs left
     w.clock.advance(31)
     w.ledger.sweep(0.05)  # the filter's sweep times the admitted gang out ...
-    assert w.ledger.counters["timeouts"] == 1
-    assert [s.gang for s in w.ledger._busy_states()] == [key(late[0])]  # ... and follows its back-off
+    assert w.ledger.view.counters()["timeouts"] == 1
+    assert [r.key for r in w.ledger.registry.busy()] == [key(late[0])]  # ... and follows its back-off
     w.clock.advance(11)
     w.ledger.sweep(0.05)
-    state = w.ledger.state(key(late[0]))
+    state = w.ledger.record(key(late[0]))
     assert state is not None and state.woken_after_backoff
 
 
@@ -441,16 +444,16 @@ def test_the_full_sweep_finds_a_gang_with_work_that_no_step_marked(w: World) -> 
     """The safety net: a gang given a deadline behind the ledger's back is not walked by a filter's
     sweep, but the tick's full sweep finds it (and walks it from then on)."""
     a = w.gang("a", 2, min_count=2, cpu="100m")
-    assert w.ledger.admission(key(a[0]), GangPolicy(2)) == PASS
-    state = w.ledger.state(key(a[0]))
+    assert w.ledger.admit(key(a[0]), GangPolicy(2)) == PASS
+    state = w.ledger.record(key(a[0]))
     assert state is not None
-    w.ledger._busy.clear()  # as if _admit had not marked it
+    w.ledger.registry._busy.clear()  # as if admission had not marked it
     w.clock.advance(31)
     w.ledger.sweep(0.05)
-    assert w.ledger.counters["timeouts"] == 0
+    assert w.ledger.view.counters()["timeouts"] == 0
     w.ledger.sweep()
-    assert w.ledger.counters["timeouts"] == 1
-    assert [s.gang for s in w.ledger._busy_states()] == [key(a[0])]
+    assert w.ledger.view.counters()["timeouts"] == 1
+    assert [r.key for r in w.ledger.registry.busy()] == [key(a[0])]
 
 
 def test_a_gang_that_can_never_fit_is_told_so_even_when_held_binds_shrink_what_it_plans(w: World) -> None:
@@ -460,18 +463,18 @@ def test_a_gang_that_can_never_fit_is_told_so_even_when_held_binds_shrink_what_i
     held), which fits, yet at most four such members can ever run at once on 4 nodes of 4 cpu."""
     first = w.gang("a", 5, min_count=5, cpu="500m")
     policy = GangPolicy(5)
-    assert w.ledger.admission(key(first[0]), policy).passes
-    slots = [n for n, _ in w.mirror.reserved_slots(key(first[0]))]
+    assert w.ledger.admit(key(first[0]), policy).passes
+    slots = [n for n, _ in slots_of(w.ledger, key(first[0]))]
     w.clock.advance(31)
     w.ledger.sweep()
-    assert w.ledger.counters["timeouts"] == 1
+    assert w.ledger.view.counters()["timeouts"] == 1
     for member, at in zip(first[:4], slots[:4], strict=True):
         assert w.ledger.on_bind(member, at, policy).action is BindAction.WAIT
     for member in first:
         w.mirror.delete_pod(member.uid)
     again = [w.mirror.upsert_pod(pod(f"a2-{i}", cpu="3", pod_group="a")) for i in range(5)]
     w.clock.advance(11)  # past the back-off, within the holds' 29 s
-    verdict = w.ledger.admission(key(again[0]), policy)
+    verdict = w.ledger.admit(key(again[0]), policy)
     assert verdict.code is Code.WAIT_UNRESOLVABLE and "can never fit" in verdict.message, verdict
 
 
@@ -482,28 +485,28 @@ def test_a_filter_sweep_walks_only_when_something_falls_due(w: World) -> None:
 
     def sweep(advance: float) -> None:
         w.clock.advance(advance)
-        before = w.ledger._swept_at
+        before = w.ledger.expiry._swept_at
         w.ledger.sweep(0.05)
-        if w.ledger._swept_at != before:  # stamped only when it walks
+        if w.ledger.expiry._swept_at != before:  # stamped only when it walks
             walked.append(w.clock.now)
 
     sweep(0)
     assert len(walked) == 1  # nothing known yet: walks, finds nothing due
     a = w.gang("a", 2, min_count=2, cpu="100m")
-    assert w.ledger.admission(key(a[0]), GangPolicy(2)) == PASS  # deadline in 30 s
+    assert w.ledger.admit(key(a[0]), GangPolicy(2)) == PASS  # deadline in 30 s
     sweep(1)
     sweep(1)
     sweep(27.9)
-    assert len(walked) == 1 and w.ledger.counters["timeouts"] == 0  # the admission's deadline is not due yet
+    assert len(walked) == 1 and w.ledger.view.counters()["timeouts"] == 0  # the admission's deadline is not due yet
     sweep(0.2)
-    assert len(walked) == 2 and w.ledger.counters["timeouts"] == 1  # due: walked and timed out
-    state = w.ledger.state(key(a[0]))
+    assert len(walked) == 2 and w.ledger.view.counters()["timeouts"] == 1  # due: walked and timed out
+    state = w.ledger.record(key(a[0]))
     assert state is not None and not state.woken_after_backoff
     sweep(9.9)
     assert len(walked) == 2
     sweep(0.2)
     assert len(walked) == 3 and state.woken_after_backoff  # the back-off's end was due
-    assert w.ledger.admission(key(a[0]), GangPolicy(2)) == PASS  # admitted again: a new deadline ...
+    assert w.ledger.admit(key(a[0]), GangPolicy(2)) == PASS  # admitted again: a new deadline ...
     w.ledger.on_bind(a[0], "n1", GangPolicy(2), arrival=w.clock.now - 28.5)  # ... and a bind held 0.5 s more
     sweep(0.4)
     assert len(walked) == 3

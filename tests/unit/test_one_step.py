@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from extender.cluster import facts, records
-from tests.builders import Harness, coscheduling_podgroup, filter_args, make_engine, node, pod
+from tests.builders import Harness, coscheduling_podgroup, filter_args, make_engine, node, pod, slots_of
 
 NODES = [f"n{i}" for i in range(1, 9)]
 
@@ -50,11 +50,8 @@ class CountingLock:
 
 @pytest.fixture
 def h() -> Iterator[Harness]:
-    harness = make_engine(timeout_seconds=30.0, backoff_seconds=10.0)
+    harness = make_engine(timeout_seconds=30.0, backoff_seconds=10.0, lock=CountingLock())
     harness.add(*(node(name, cpu="4") for name in NODES))
-    lock = CountingLock()
-    harness.mirror.lock = lock  # type: ignore[assignment]
-    harness.ledger.lock = lock  # type: ignore[assignment]
     yield harness
     harness.close()
 
@@ -76,7 +73,7 @@ def test_a_gang_member_takes_the_lock_once_at_admission_and_when_steered(h: Harn
     members = [pod(f"g-{i}", cpu="3", pod_group="g") for i in range(4)]
     h.add(coscheduling_podgroup("g", 4), *members)
     assert outermost_per_filter(h, members[0]) == 1  # admits the gang
-    assert h.mirror.reserved_count(next(iter(h.mirror.gangs()))) == 4
+    assert len(slots_of(h.ledger, next(iter(h.mirror.gangs())))) == 4
     assert outermost_per_filter(h, members[1]) == 1  # steered to its reservation
 
 

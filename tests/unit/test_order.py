@@ -6,11 +6,13 @@ from typing import Any
 
 from extender.cluster.groups import ANNOTATION_MAX_WAIT, gang_order
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import PASS, GangKey, GangOrder, GangPolicy, GroupKind, PodRecord
 from extender.cluster.records import pod_record
 from extender.gangs import order
 from extender.gangs.ledger import BindAction, GangLedger
-from tests.builders import EventLog, FakeClock, coscheduling_podgroup, node, pod
+from extender.gangs.settings import GangSettings
+from extender.model.cluster import PodRecord
+from extender.model.gang import PASS, GangKey, GangOrder, GangPolicy, GroupKind
+from tests.builders import EventLog, FakeClock, coscheduling_podgroup, node, pod, slots_of
 
 NODES = ["n1", "n2", "n3", "n4"]
 
@@ -28,8 +30,9 @@ class World:
         self.clock = FakeClock()
         self.events = EventLog()
         self.mirror = ClusterMirror()
-        self.ledger = GangLedger(self.mirror, timeout_seconds=30.0, backoff_seconds=10.0, clock=self.clock,
-                                 on_event=self.events, max_wait_seconds=max_wait)
+        self.ledger = GangLedger(self.mirror, GangSettings(timeout_seconds=30.0, backoff_seconds=10.0,
+                                                           max_wait_seconds=max_wait),
+                                 clock=self.clock, on_event=self.events)
         for name in NODES:
             self.mirror.upsert_node(node(name))
 
@@ -50,12 +53,12 @@ class World:
         return self.mirror.upsert_pod(with_priority(pod(name, cpu=cpu, memory="1Mi", node=at), priority))
 
     def admitted(self, gang: GangKey) -> bool:
-        state = self.ledger.state(gang)
-        return state is not None and state.admitted_at is not None
+        state = self.ledger.record(gang)
+        return state is not None and state.admitted
 
     def bind_all(self, gang: GangKey, policy: GangPolicy, members: list[PodRecord]) -> None:
         """Bind an admitted gang's members to its reserved nodes, as kube-scheduler and the barrier do."""
-        slots = [n for n, _ in self.mirror.reserved_slots(gang)]
+        slots = [n for n, _ in slots_of(self.ledger, gang)]
         decision = None
         for member, target in zip(members, slots, strict=False):
             decision = self.ledger.on_bind(member, target, policy)
@@ -119,16 +122,16 @@ def test_a_higher_priority_gang_created_last_is_admitted_first() -> None:
     w = World()
     hogs = [w.running(f"hog-{n}", "3", n) for n in NODES]
     low, low_policy, _ = w.gang("low", 4, "3", priority=0)
-    assert w.ledger.admission(low, low_policy) != PASS  # waiting for capacity
+    assert w.ledger.admit(low, low_policy) != PASS  # waiting for capacity
     w.clock.advance(30)
     high, high_policy, _ = w.gang("high", 4, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
+    assert w.ledger.admit(high, high_policy) != PASS
     for hog in hogs:
         w.mirror.delete_pod(hog.uid)
     # The older, lower-priority gang's member is filtered first: the higher-priority gang goes first.
-    assert w.ledger.admission(low, low_policy) != PASS
+    assert w.ledger.admit(low, low_policy) != PASS
     assert w.admitted(high) and not w.admitted(low)
-    view = w.ledger.order_view(low)
+    view = w.ledger.view.order_view(low)
     assert view is not None and view["position"] == 1 and view["of"] == 1  # high is admitted: out of the queue
 
 
@@ -137,14 +140,14 @@ def test_an_older_gang_of_equal_priority_goes_before_a_younger_one() -> None:
     hogs = [w.running(f"hog-{n}", "3", n) for n in NODES]
     old, old_policy, _ = w.gang("old", 4, "3")
     young, young_policy, _ = w.gang("young", 4, "3")
-    assert w.ledger.admission(old, old_policy) != PASS
+    assert w.ledger.admit(old, old_policy) != PASS
     w.clock.advance(1)
-    assert w.ledger.admission(young, young_policy) != PASS
-    view = w.ledger.order_view(young)
+    assert w.ledger.admit(young, young_policy) != PASS
+    view = w.ledger.view.order_view(young)
     assert view is not None and view["position"] == 2 and view["ahead"][0]["gang"] == str(old)
     for hog in hogs:
         w.mirror.delete_pod(hog.uid)
-    assert w.ledger.admission(young, young_policy) != PASS
+    assert w.ledger.admit(young, young_policy) != PASS
     assert w.admitted(old) and not w.admitted(young)
 
 
@@ -153,10 +156,10 @@ def test_a_younger_gang_backfills_capacity_the_older_one_cannot_use() -> None:
     for n in NODES[:3]:
         w.running(f"hog-{n}", "3", n)
     big, big_policy, _ = w.gang("big", 4, "3")
-    assert w.ledger.admission(big, big_policy) != PASS  # needs all four nodes
+    assert w.ledger.admit(big, big_policy) != PASS  # needs all four nodes
     w.clock.advance(1)
     small, small_policy, _ = w.gang("small", 2, "1")
-    assert w.ledger.admission(small, small_policy) == PASS  # fits on n4, which big cannot use alone
+    assert w.ledger.admit(small, small_policy) == PASS  # fits on n4, which big cannot use alone
     assert not w.admitted(big)
 
 
@@ -164,11 +167,11 @@ def test_the_head_gang_past_its_max_wait_drains_capacity_and_is_admitted_when_it
     w = World(max_wait=60)
     hogs = {n: w.running(f"hog-{n}", "2", n) for n in NODES}
     big, big_policy, _ = w.gang("big", 4, "3")
-    assert w.ledger.admission(big, big_policy) != PASS
+    assert w.ledger.admit(big, big_policy) != PASS
     w.clock.advance(61)
     w.ledger.sweep()
-    state = w.ledger.state(big)
-    assert state is not None and state.drain == "draining"
+    state = w.ledger.record(big)
+    assert state is not None and state.draining
     assert sorted(w.mirror.reserved_nodes(big)) == NODES
     assert w.events.of("GangDraining")
     # Capacity that frees up on a drained node is kept for the gang: only what it does not need (1 of
@@ -176,17 +179,17 @@ def test_the_head_gang_past_its_max_wait_drains_capacity_and_is_admitted_when_it
     w.mirror.delete_pod(hogs["n1"].uid)
     assert w.mirror.free("n1", None)["cpu"] == 1000
     small, small_policy, _ = w.gang("small", 1, "2")
-    assert w.ledger.admission(small, small_policy) != PASS
-    view = w.ledger.explain(big)["order"]  # the place in the order, and the drain's progress planned
+    assert w.ledger.admit(small, small_policy) != PASS
+    view = w.ledger.view.explain(big)["order"]  # the place in the order, and the drain's progress planned
     assert view is not None and view["draining"]["free"] == 1 and view["draining"]["members"] == 4
     for n in NODES[1:]:
         w.mirror.delete_pod(hogs[n].uid)
     w.clock.advance(1)
     w.ledger.sweep()
     assert not w.admitted(big)  # a sweep never admits: the member's next filter does
-    assert w.ledger.admission(big, big_policy) == PASS
-    assert w.admitted(big) and w.ledger.state(big).drain == ""  # type: ignore[union-attr]
-    (priority, _buckets, total), = w.ledger.order_stats()[2]
+    assert w.ledger.admit(big, big_policy) == PASS
+    assert w.admitted(big) and not w.ledger.record(big).draining  # type: ignore[union-attr]
+    (priority, _buckets, total), = w.ledger.view.order_stats()[2]
     assert priority == 0 and 61 <= total <= 63
 
 
@@ -195,7 +198,7 @@ def test_a_drain_covers_only_what_the_head_gang_needs() -> None:
     for n in NODES:
         w.running(f"hog-{n}", "3", n)
     big, big_policy, _ = w.gang("big", 2, "2")
-    assert w.ledger.admission(big, big_policy) != PASS
+    assert w.ledger.admit(big, big_policy) != PASS
     w.ledger.sweep()
     drained = w.mirror.reserved_nodes(big)
     assert len(drained) == 1  # both members fit one emptied node: the other three stay open to everyone
@@ -208,12 +211,12 @@ def test_a_higher_priority_gang_takes_the_head_and_the_old_drain_ends() -> None:
     for n in NODES:
         w.running(f"hog-{n}", "2", n)
     low, low_policy, _ = w.gang("low", 4, "3")
-    assert w.ledger.admission(low, low_policy) != PASS
+    assert w.ledger.admit(low, low_policy) != PASS
     w.clock.advance(11)
     w.ledger.sweep()
     assert w.mirror.reserved_nodes(low)
     high, high_policy, _ = w.gang("high", 4, "3", priority=10)
-    assert w.ledger.admission(high, high_policy) != PASS
+    assert w.ledger.admit(high, high_policy) != PASS
     assert not w.mirror.reserved_nodes(low)
     w.clock.advance(11)
     w.ledger.sweep()
@@ -226,12 +229,12 @@ def test_bad_order_settings_are_told_once_and_shown_by_explain() -> None:
         w.running(f"hog-{n}", "4", n)
     gang, policy, members = w.gang("odd", 2, "1", annotations={ANNOTATION_MAX_WAIT: "later"})
     w.mirror.upsert_pod(with_priority(pod("odd-0", uid=members[0].uid, cpu="1", memory="1Mi", pod_group="odd"), 50))
-    w.ledger.admission(gang, policy)
-    w.ledger.admission(gang, policy)
+    w.ledger.admit(gang, policy)
+    w.ledger.admit(gang, policy)
     told = w.events.of("GangOrderProblem")
     assert len(told) == 1
     assert "max-wait-seconds must be a number" in told[0][3] and "different priorities (0, 50)" in told[0][3]
-    explained = w.ledger.explain(gang)
+    explained = w.ledger.view.explain(gang)
     assert "different priorities" in explained["order"]["problem"]
     assert explained["order"]["maxWaitSeconds"] == 60.0  # the default applies
 
@@ -243,19 +246,19 @@ def test_a_drain_that_never_gets_its_gang_admitted_ends_and_rests() -> None:
     for n in NODES:
         w.running(f"hog-{n}", "2", n)
     big, big_policy, _ = w.gang("big", 4, "3")
-    assert w.ledger.admission(big, big_policy) != PASS
+    assert w.ledger.admit(big, big_policy) != PASS
     w.clock.advance(61)
     w.ledger.sweep()
-    assert w.ledger.state(big).drain == "draining"  # type: ignore[union-attr]
+    assert w.ledger.record(big).draining  # type: ignore[union-attr]
     w.clock.advance(DRAIN_PATIENCE_SECONDS + 1)  # the hogs never end
     w.ledger.sweep()
-    assert w.ledger.state(big).drain == "" and not w.mirror.reserved_slots(big)  # type: ignore[union-attr]
+    assert w.ledger.record(big).reservation is None and not slots_of(w.ledger, big)  # type: ignore[union-attr]
     w.clock.advance(DRAIN_PATIENCE_SECONDS / 2)
     w.ledger.sweep()
-    assert w.ledger.state(big).drain == ""  # type: ignore[union-attr]  # resting
+    assert w.ledger.record(big).reservation is None  # type: ignore[union-attr]  # resting
     w.clock.advance(DRAIN_PATIENCE_SECONDS / 2 + 1)
     w.ledger.sweep()
-    assert w.ledger.state(big).drain == "draining"  # type: ignore[union-attr]
+    assert w.ledger.record(big).draining  # type: ignore[union-attr]
 
 
 def test_a_drain_started_after_a_gang_was_admitted_leaves_that_gang_its_reserved_room() -> None:
@@ -266,15 +269,15 @@ def test_a_drain_started_after_a_gang_was_admitted_leaves_that_gang_its_reserved
     for n in NODES:
         w.running(f"busy-{n}", "1", n)
     big, big_policy, big_members = w.gang("big", 4, "3")
-    assert w.ledger.admission(big, big_policy) == PASS  # 3 of each node's 4 cpu, the 4th busy
+    assert w.ledger.admit(big, big_policy) == PASS  # 3 of each node's 4 cpu, the 4th busy
     small, small_policy, _ = w.gang("small", 1, "1")
-    assert w.ledger.admission(small, small_policy) != PASS
+    assert w.ledger.admit(small, small_policy) != PASS
     w.ledger.sweep()  # small is now first in the order, past its max wait: it drains a busy cpu
     drained = w.mirror.reserved_nodes(small)
-    assert w.ledger.state(small).drain == "draining" and len(drained) == 1  # type: ignore[union-attr]
+    assert w.ledger.record(small).draining and len(drained) == 1  # type: ignore[union-attr]
     w.bind_all(big, big_policy, big_members)  # asserts the last bind releases the quorum
     node = next(iter(drained))
-    assert w.mirror.free(node, small).get("cpu", 0) == 0 and w.ledger.admission(small, small_policy) != PASS
+    assert w.mirror.free(node, small).get("cpu", 0) == 0 and w.ledger.admit(small, small_policy) != PASS
     w.mirror.delete_pod(w.mirror.pod("default", f"busy-{node}").uid)  # type: ignore[union-attr]
     assert w.mirror.free(node, None).get("cpu", 0) == 0  # what freed is kept for the drain
-    assert w.ledger.admission(small, small_policy) == PASS
+    assert w.ledger.admit(small, small_policy) == PASS

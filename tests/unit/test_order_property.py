@@ -50,10 +50,12 @@ from hypothesis import strategies as st
 
 from extender.cluster.fit import shortfall
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GangKey, GroupKind, PodRecord
-from extender.cluster.quantity import CPU
 from extender.gangs.ledger import BindAction, GangLedger
-from extender.gangs.state import Hold
+from extender.gangs.record import Hold
+from extender.gangs.settings import GangSettings
+from extender.model.cluster import PodRecord
+from extender.model.gang import GangKey, GroupKind
+from extender.model.quantity import CPU
 from tests.builders import FakeClock, coscheduling_podgroup, node, pod
 
 NODE_CPU = 4000
@@ -122,8 +124,9 @@ class Sim:
         self.case = case
         self.clock = FakeClock()
         self.mirror = ClusterMirror()
-        self.ledger = GangLedger(self.mirror, timeout_seconds=30.0, backoff_seconds=10.0, clock=self.clock,
-                                 max_wait_seconds=float(case.max_wait))
+        self.ledger = GangLedger(self.mirror, GangSettings(timeout_seconds=30.0, backoff_seconds=10.0,
+                                                           max_wait_seconds=float(case.max_wait)),
+                                 clock=self.clock)
         self.nodes = [f"n{i}" for i in range(case.nodes)]
         for name in self.nodes:
             self.mirror.upsert_node(node(name))
@@ -166,7 +169,7 @@ class Sim:
     def pending(self) -> list[tuple[Job, dict[str, Any]]]:
         """Pods not bound and not held at a barrier, in a random order (a held bind answered with a
         retry is no longer assumed: kube-scheduler tries the pod again)."""
-        for uid in [uid for uid, (_, _, hold) in self.held.items() if hold.done.is_set()]:
+        for uid in [uid for uid, (_, _, hold) in self.held.items() if hold.answered]:
             del self.held[uid]
         out = [(job, raw) for job in self.jobs for raw in job.raws
                if raw["metadata"]["name"] not in job.nodes and raw["metadata"]["uid"] not in self.held]
@@ -260,11 +263,11 @@ class Sim:
     def note_big(self) -> None:
         if self.big is None or self.big.gang is None or self.big_admitted_at is not None:
             return
-        state = self.ledger.state(self.big.gang)
-        if (state is not None and state.admitted_at is not None) or self.big.bound_at is not None:
+        state = self.ledger.record(self.big.gang)
+        if (state is not None and state.admitted) or self.big.bound_at is not None:
             self.big_admitted_at = self.tick
             return
-        view = self.ledger.order_view(self.big.gang)
+        view = self.ledger.view.order_view(self.big.gang)
         if view is not None and self.big_ahead is None:
             self.big_ahead = view["position"] - 1
 
@@ -281,8 +284,8 @@ class Sim:
             used = self.mirror.used(target).get(CPU, 0)
             assert used <= NODE_CPU, f"tick {self.tick}: {target} bound and held {used}m > {NODE_CPU}m"
         for job in self.jobs:
-            state = self.ledger.state(job.gang) if job.gang is not None else None
-            if job.gang is None or state is None or state.admitted_at is None:
+            state = self.ledger.record(job.gang) if job.gang is not None else None
+            if job.gang is None or state is None or not state.admitted:
                 continue
             for target, kept in self.mirror.reservation(job.gang).items():
                 room = self.mirror.free(target, job.gang)
@@ -320,5 +323,5 @@ def test_the_big_gangs_wait_is_bounded_and_binds_never_over_commit_or_split_a_ga
     assert sim.big_admitted_at is not None
     waited = sim.big_admitted_at - case.big_at
     event(f"big first: {case.big_first}; gangs ahead: {sim.big_ahead or 0}")
-    event(f"drained: {sim.ledger.counters['drains_started'] > 0}")
+    event(f"drained: {sim.ledger.view.counters()['drains_started'] > 0}")
     event(f"waited past max wait: {waited > case.max_wait}")

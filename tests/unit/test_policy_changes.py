@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.model import GangKey, GangPhase, GangStatus, GroupKind, GroupRef
+from extender.model.gang import GangKey, GangPhase, GangStatus, GroupKind, GroupRef
 from tests.builders import Harness, bind_args, filter_args, make_engine, node
 from tests.builders import pod as base_pod
 from tests.unit.test_engine import Binds, wait_until
@@ -32,11 +32,8 @@ def member(i: int, cpu: str = "1") -> dict[str, Any]:
 
 
 class Statuses:
-    def __init__(self) -> None:
-        self.values: list[tuple[GangKey, GangStatus]] = []
-
-    def __call__(self, gang: GangKey, status: GangStatus) -> None:
-        self.values.append((gang, status))
+    def __init__(self, values: list[tuple[GangKey, GangStatus]]) -> None:
+        self.values = values
 
     def phases(self) -> list[GangPhase]:
         return [s.phase for _, s in self.values]
@@ -45,7 +42,6 @@ class Statuses:
 @pytest.fixture
 def h() -> Iterator[Harness]:
     harness = make_engine(timeout_seconds=30.0, backoff_seconds=10.0)
-    harness.ledger.on_status = Statuses()
     harness.add(*(node(n) for n in NODES4))
     yield harness
     harness.close()
@@ -62,8 +58,7 @@ def binds(h: Harness) -> Iterator[Binds]:
 
 
 def statuses(h: Harness) -> Statuses:
-    assert isinstance(h.ledger.on_status, Statuses)
-    return h.ledger.on_status
+    return Statuses(h.statuses)
 
 
 def set_min_count(h: Harness, count: int) -> None:
@@ -79,7 +74,7 @@ def test_podgroup_members_wait_at_the_quorum_gate_with_a_status_and_an_event(h: 
     assert result.failed_unresolvable == dict.fromkeys(NODES4, message)
     assert h.events.of("GangWaiting") == [(("m0",), "Normal", "GangWaiting", message)]
     assert statuses(h).values == [(GANG, GangStatus(GangPhase.WAITING, message))]
-    assert h.ledger.facts(GANG).message == message
+    assert h.ledger.view.facts(GANG).message == message
 
 
 def test_missing_podgroup_names_the_object(h: Harness) -> None:
@@ -89,8 +84,7 @@ def test_missing_podgroup_names_the_object(h: Harness) -> None:
 
 
 def test_lowering_min_count_wakes_the_waiting_members_and_lets_them_pass(h: Harness) -> None:
-    woken: list[str] = []
-    h.ledger.on_wake = lambda pods: woken.extend(p.name for p in pods)
+    woken = h.woken
     members = [member(i) for i in range(3)]
     h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
     h.add(*members)
@@ -103,8 +97,7 @@ def test_lowering_min_count_wakes_the_waiting_members_and_lets_them_pass(h: Harn
 
 
 def test_podgroup_created_after_its_pods_wakes_them(h: Harness) -> None:
-    woken: list[str] = []
-    h.ledger.on_wake = lambda pods: woken.extend(p.name for p in pods)
+    woken = h.woken
     members = [member(i) for i in range(2)]
     h.add(*members)
     assert not h.engine.filter(filter_args(members[0], NODES4)).feasible  # PodGroup does not exist
@@ -124,13 +117,13 @@ def test_lowering_min_count_releases_the_binds_already_held(h: Harness, binds: B
     assert h.engine.filter(filter_args(members[0], [*NODES4, "n5"])).feasible
     for i in range(4):
         binds.start(members[i], NODES4[i])
-        wait_until(lambda i=i: h.ledger.held_count() == i + 1)
+        wait_until(lambda i=i: h.ledger.view.held_count() == i + 1)
     assert h.binder.calls == []
     set_min_count(h, 4)
     h.engine.sweep()
     assert binds.join() == {"m0": "", "m1": "", "m2": "", "m3": ""}
     assert sorted(c[1] for c in h.binder.calls) == ["m0", "m1", "m2", "m3"]
-    state = h.ledger.state(GANG)
+    state = h.ledger.record(GANG)
     assert state is not None and state.completed == 1 and state.policy.min_count == 4
     assert h.mirror.reservation(GANG) == {}  # the slot kept for the fifth member is released
     assert statuses(h).phases()[-1] is GangPhase.SCHEDULED
@@ -144,7 +137,7 @@ def test_next_bind_after_a_drop_completes_the_quorum_too(h: Harness, binds: Bind
     h.add(*members)
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
     binds.start(members[0], "n1")
-    wait_until(lambda: h.ledger.held_count() == 1)
+    wait_until(lambda: h.ledger.view.held_count() == 1)
     set_min_count(h, 2)
     binds.start(members[1], "n2")
     assert binds.join() == {"m0": "", "m1": ""}
@@ -159,9 +152,9 @@ def test_a_sweep_that_does_not_bind_leaves_a_completed_quorum_to_the_next_bind(h
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
     binds.start(members[0], "n1")
     binds.start(members[1], "n2")
-    wait_until(lambda: h.ledger.held_count() == 2)
+    wait_until(lambda: h.ledger.view.held_count() == 2)
     set_min_count(h, 2)  # the two held binds are a complete quorum now
-    assert h.ledger.sweep() == []
+    assert h.ledger.sweep().releases == []
     binds.start(members[2], "n3")
     assert binds.join() == {"m0": "", "m1": "", "m2": ""}
 
@@ -174,8 +167,8 @@ def test_raising_min_count_of_an_admitted_gang_without_holds_replans(h: Harness)
     assert len(h.mirror.reservation(GANG)) == 2
     set_min_count(h, 4)
     h.engine.sweep()
-    state = h.ledger.state(GANG)
-    assert state is not None and state.admitted_at is None and h.mirror.reservation(GANG) == {}
+    state = h.ledger.record(GANG)
+    assert state is not None and not state.admitted and h.mirror.reservation(GANG) == {}
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
     assert len(h.mirror.reservation(GANG)) == 4
 
@@ -186,7 +179,7 @@ def test_lowering_min_count_of_an_admitted_gang_shrinks_its_reservation(h: Harne
     h.add(*members)
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
     binds.start(members[0], "n1")
-    wait_until(lambda: h.ledger.held_count() == 1)
+    wait_until(lambda: h.ledger.view.held_count() == 1)
     assert len(h.mirror.reservation(GANG)) == 3
     set_min_count(h, 3)
     h.engine.sweep()
@@ -199,7 +192,7 @@ def test_podgroup_turning_basic_releases_what_it_held(h: Harness, binds: Binds) 
     h.add(*members)
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
     binds.start(members[0], "n1")
-    wait_until(lambda: h.ledger.held_count() == 1)
+    wait_until(lambda: h.ledger.view.held_count() == 1)
     basic = podgroup(4)
     basic["spec"]["schedulingPolicy"] = {"basic": {}}
     h.mirror.upsert_group(GroupKind.PODGROUP, basic)
@@ -214,7 +207,7 @@ def test_admission_and_timeout_statuses(h: Harness, binds: Binds) -> None:
     h.add(*members)
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
     binds.start(members[0], "n1")
-    wait_until(lambda: h.ledger.held_count() == 1)
+    wait_until(lambda: h.ledger.view.held_count() == 1)
     h.clock.advance(31)
     h.engine.sweep()
     binds.join()

@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import PASS, GangKey, GangPolicy, GroupKind, PodRecord
 from extender.engine.evicting import Evictions
+from extender.gangs.effects import EvictionOrder
 from extender.gangs.ledger import BindAction, GangLedger
-from extender.gangs.preempting import FAILED_BACKOFF_SECONDS, PREEMPTING
-from tests.builders import EventLog, FakeClock, node, pod
+from extender.gangs.preemption import FAILED_BACKOFF_SECONDS
+from extender.gangs.settings import GangSettings
+from extender.model.cluster import PodRecord
+from extender.model.gang import PASS, GangKey, GangPolicy, GroupKind
+from tests.builders import EventLog, FakeClock, node, pod, slots_of
 from tests.evictor_fake import FakeEvictor
 
 NODES = ["n1", "n2", "n3", "n4"]
@@ -33,11 +36,19 @@ class World:
         self.mirror = ClusterMirror()
         self.forbidden: set[str] = set()  # pod names a disruption budget protects
         self.room = True
-        self.ledger = GangLedger(self.mirror, timeout_seconds=30.0, backoff_seconds=10.0, clock=self.clock,
-                                 on_event=self.events, max_wait_seconds=3600, preemption=True,
-                                 budgets=self.budgets, eviction_room=lambda _n: self.room)
+        self.serves: Callable[[PodRecord], bool] = lambda _pod: True  # whether a pod is scheduled through us
+        self.problem = ""  # why no victim may be chosen now
+        self.orders: list[EvictionOrder] = []  # decided and not yet looked at (``victims``)
+        self.ledger = GangLedger(self.mirror, GangSettings(timeout_seconds=30.0, backoff_seconds=10.0,
+                                                           max_wait_seconds=3600),
+                                 clock=self.clock, on_event=self.events, preemption=True, budgets=self.budgets,
+                                 eviction_room=lambda _n: self.room, serves=self._serves,
+                                 preemption_problem=lambda: self.problem)
         for name in NODES:
             self.mirror.upsert_node(node(name))
+
+    def _serves(self, pod: PodRecord) -> bool:
+        return self.serves(pod)
 
     def budgets(self, pods: Sequence[PodRecord]) -> tuple[bool, str]:
         hit = [p.name for p in pods if p.name in self.forbidden]
@@ -68,7 +79,7 @@ class World:
         """A priority-1 gang of 4 fills the nodes; a priority-100 gang of 2 is refused, then a sweep."""
         _, _, low_pods = self.gang("low", 4, "3", priority=1, on=NODES)
         high, high_policy, _ = self.gang("high", 2, "3", priority=100)
-        assert self.ledger.admission(high, high_policy) != PASS
+        assert self.ledger.admit(high, high_policy) != PASS
         self.tick()
         return low_pods, high, high_policy
 
@@ -79,33 +90,38 @@ class World:
 
     def tick(self, seconds: float = 1.0) -> None:
         self.clock.advance(seconds)
-        self.ledger.sweep()
+        self.orders += self.ledger.sweep().evictions
+
+    def take_orders(self) -> list[EvictionOrder]:
+        """The eviction orders decided since the last call (by sweeps, or by admissions since the last sweep)."""
+        orders, self.orders = [*self.orders, *self.ledger.registry.take_evictions()], []
+        return orders
 
     def victims(self) -> list[list[str]]:
         """The units the ledger ordered evicted since the last call, as pod names."""
-        return [[p.name for p in unit.pods] for order in self.ledger.take_evictions() for unit in order.units]
+        return [[p.name for p in unit.pods] for order in self.take_orders() for unit in order.units]
 
 
 def test_a_high_priority_gang_evicts_a_lower_priority_gang_whole_and_takes_its_place() -> None:
     w = World()
     _low, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
     high, high_policy, _ = w.gang("high", 2, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
+    assert w.ledger.admit(high, high_policy) != PASS
     w.tick()
     units = w.victims()
     assert units == [sorted(p.name for p in low_pods)]  # all four, though two nodes would do: never part of a gang
-    state = w.ledger.state(high)
-    assert state is not None and state.drain == PREEMPTING and len(w.mirror.reserved_slots(high)) == 2
+    state = w.ledger.record(high)
+    assert state is not None and state.preempting and len(slots_of(w.ledger, high)) == 2
     assert w.events.of("GangPreempting")
-    view = w.ledger.order_view(high)
+    view = w.ledger.view.order_view(high)
     assert view is not None and view["preemption"]["victims"] == ["gang default/low"]
     assert view["preemption"]["remaining"] == 4
     w.tick(10)
     assert w.victims() == []  # no second preemption while the victims terminate
     for p in low_pods:
         w.mirror.delete_pod(p.uid)
-    assert w.ledger.admission(high, high_policy) == PASS
-    assert w.ledger.counters["preemptions_completed"] == 1 and w.ledger.state(high).drain == ""  # type: ignore[union-attr]
+    assert w.ledger.admit(high, high_policy) == PASS
+    assert w.ledger.view.counters()["preemptions_completed"] == 1 and not w.ledger.record(high).preempting  # type: ignore[union-attr]
 
 
 def test_fewest_and_lowest_priority_victims_first_and_never_equal_or_higher() -> None:
@@ -115,7 +131,7 @@ def test_fewest_and_lowest_priority_victims_first_and_never_equal_or_higher() ->
     w.plain("same-c", "3", "n3", priority=100)
     w.plain("low-d", "3", "n4", priority=5)
     high, high_policy, _ = w.gang("high", 2, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
+    assert w.ledger.admit(high, high_policy) != PASS
     w.tick()
     assert sorted(name for unit in w.victims() for name in unit) == ["low-b", "low-d"]
 
@@ -124,7 +140,7 @@ def test_a_gang_whose_group_says_single_loses_only_the_pods_needed() -> None:
     w = World()
     w.gang("low", 4, "3", priority=1, on=NODES, disruptionMode={"single": {}})
     high, high_policy, _ = w.gang("high", 1, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
+    assert w.ledger.admit(high, high_policy) != PASS
     w.tick()
     units = w.victims()
     assert len(units) == 1 and len(units[0]) == 1
@@ -137,7 +153,7 @@ def test_a_budget_that_forbids_a_gang_makes_it_choose_other_victims_or_wait() ->
     w.plain("other-2", "3", "n4", priority=20)
     w.forbidden = {low_pods[0].name}
     high, high_policy, _ = w.gang("high", 2, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
+    assert w.ledger.admit(high, high_policy) != PASS
     w.tick()
     # not the cheaper but protected gang
     assert sorted(name for unit in w.victims() for name in unit) == ["other", "other-2"]
@@ -145,9 +161,9 @@ def test_a_budget_that_forbids_a_gang_makes_it_choose_other_victims_or_wait() ->
     _, _, low2 = w2.gang("low", 4, "3", priority=1, on=NODES)
     w2.forbidden = {low2[0].name}
     high2, policy2, _ = w2.gang("high", 2, "3", priority=100)
-    assert w2.ledger.admission(high2, policy2) != PASS
+    assert w2.ledger.admit(high2, policy2) != PASS
     w2.tick()
-    assert w2.victims() == [] and w2.ledger.state(high2).drain == ""  # type: ignore[union-attr]
+    assert w2.victims() == [] and not w2.ledger.record(high2).preempting  # type: ignore[union-attr]
 
 
 def test_never_equal_priority_and_a_problem_preempt_nothing() -> None:
@@ -157,26 +173,26 @@ def test_never_equal_priority_and_a_problem_preempt_nothing() -> None:
         w.gang("low", 4, "3", priority=1, on=NODES)
         options: dict[str, Any] = {"priority": 100, **kwargs}
         high, high_policy, _ = w.gang("high", 2, "3", **options)
-        assert w.ledger.admission(high, high_policy) != PASS
+        assert w.ledger.admit(high, high_policy) != PASS
         w.tick()
         assert w.victims() == [], kwargs
-        assert not w.mirror.reserved_slots(high), kwargs
+        assert not slots_of(w.ledger, high), kwargs
 
 
 def test_no_preemption_when_free_capacity_suffices_or_the_eviction_bound_is_spent() -> None:
     w = World()
     w.gang("low", 2, "3", priority=1, on=["n1", "n2"])
     high, high_policy, _ = w.gang("high", 2, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) == PASS  # n3 and n4 are free
+    assert w.ledger.admit(high, high_policy) == PASS  # n3 and n4 are free
     assert w.victims() == []
     w2 = World()
     w2.gang("low", 4, "3", priority=1, on=NODES)
     w2.room = False
     high2, policy2, _ = w2.gang("high", 2, "3", priority=100)
-    assert w2.ledger.admission(high2, policy2) != PASS
+    assert w2.ledger.admit(high2, policy2) != PASS
     w2.tick()
     assert w2.victims() == []
-    view = w2.ledger.order_view(high2)
+    view = w2.ledger.view.order_view(high2)
     assert view is not None and "max-evictions-per-minute" in view["preemption"]["note"]
 
 
@@ -185,7 +201,7 @@ def test_failed_evictions_drop_the_place_and_back_off() -> None:
     low_pods, high, _high_policy = w.contend()
     assert w.victims()
     w.ledger.evictions_done(high, [(low_pods[0], "refused-budget: Cannot evict pod")])
-    assert not w.mirror.reserved_slots(high) and w.events.of("GangPreemptionFailed")
+    assert not slots_of(w.ledger, high) and w.events.of("GangPreemptionFailed")
     w.tick(FAILED_BACKOFF_SECONDS - 2)
     assert w.victims() == []
     w.tick(3)
@@ -200,33 +216,33 @@ def test_evictions_run_unit_by_unit_and_stop_at_the_first_failure() -> None:
     w.plain("keep-c", "3", "n3", priority=200)
     w.plain("keep-d", "3", "n4", priority=200)
     high, high_policy, _ = w.gang("high", 2, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
+    assert w.ledger.admit(high, high_policy) != PASS
     w.tick()
-    (order,) = w.ledger.take_evictions()
+    (order,) = w.take_orders()
     evictor = FakeEvictor()
     evictor.set_outcome(("default", order.units[0].pods[0].name), "refused-budget", "Cannot evict pod")
     Evictions(w.ledger, evictor, may_act=lambda: True).run(order)
     assert len(evictor.calls) == 1  # the second unit is never disturbed for a preemption that will not happen
-    assert not w.mirror.reserved_slots(high) and w.events.of("GangPreemptionFailed")
+    assert not slots_of(w.ledger, high) and w.events.of("GangPreemptionFailed")
 
 
 def test_evictions_on_a_replica_that_does_not_lead_evict_nothing() -> None:
     w = World()
     _low_pods, high, _high_policy = w.contend()
-    (order,) = w.ledger.take_evictions()
+    (order,) = w.take_orders()
     evictor = FakeEvictor()
     Evictions(w.ledger, evictor, may_act=lambda: False).run(order)
-    assert evictor.calls == [] and not w.mirror.reserved_slots(high)
+    assert evictor.calls == [] and not slots_of(w.ledger, high)
 
 
 def test_evictions_that_succeed_keep_the_place_until_the_gang_takes_it() -> None:
     w = World()
     low_pods, high, _high_policy = w.contend()
-    (order,) = w.ledger.take_evictions()
+    (order,) = w.take_orders()
     evictor = FakeEvictor()
     Evictions(w.ledger, evictor, may_act=lambda: True).run(order)
     assert sorted(p.name for p in evictor.evicted) == sorted(p.name for p in low_pods)
-    assert len(w.mirror.reserved_slots(high)) == 2 and "gang default/high" in evictor.calls[0].preemptor
+    assert len(slots_of(w.ledger, high)) == 2 and "gang default/high" in evictor.calls[0].preemptor
 
 
 def test_a_gang_no_filter_request_showed_joins_the_order_and_preempts() -> None:
@@ -236,21 +252,21 @@ def test_a_gang_no_filter_request_showed_joins_the_order_and_preempts() -> None:
     _, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
     high, _, _ = w.gang("high", 2, "3", priority=100)
     w.tick()
-    assert w.victims() == [] and w.ledger.order_view(high) is None  # not tried by kube-scheduler yet
+    assert w.victims() == [] and w.ledger.view.order_view(high) is None  # not tried by kube-scheduler yet
     high, _, _ = w.gang("high", 2, "3", priority=100, tried=True)
     w.tick()
     assert sorted(name for unit in w.victims() for name in unit) == sorted(p.name for p in low_pods)
-    view = w.ledger.order_view(high)
+    view = w.ledger.view.order_view(high)
     assert view is not None and view["position"] == 1
 
 
 def test_a_gang_of_another_scheduler_never_joins_the_order() -> None:
     w = World()
-    w.ledger.serves = lambda pod: not pod.name.startswith("high")
+    w.serves = lambda pod: not pod.name.startswith("high")
     w.gang("low", 4, "3", priority=1, on=NODES)
     high, _, _ = w.gang("high", 2, "3", priority=100, tried=True)
     w.tick()
-    assert w.victims() == [] and w.ledger.order_view(high) is None
+    assert w.victims() == [] and w.ledger.view.order_view(high) is None
 
 
 def test_a_preempting_gang_is_not_admitted_while_its_victims_terminate() -> None:
@@ -261,19 +277,19 @@ def test_a_preempting_gang_is_not_admitted_while_its_victims_terminate() -> None
         raw = pod(p.name, uid=p.uid, cpu="3", memory="1Mi", node=p.node_name)
         raw["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
         w.mirror.upsert_pod(raw)
-    verdict = w.ledger.admission(high, high_policy)
+    verdict = w.ledger.admit(high, high_policy)
     assert verdict != PASS and "waits for 4 preempted pod(s) to end" in verdict.message
     for p in low_pods:
         w.mirror.delete_pod(p.uid)
-    assert w.ledger.admission(high, high_policy) == PASS
+    assert w.ledger.admit(high, high_policy) == PASS
 
 
 def test_nothing_is_chosen_while_the_cluster_or_the_budgets_are_not_known() -> None:
     w = World()
-    w.ledger.preemption_problem = lambda: "the PodDisruptionBudget watch is not listed or not healthy"
+    w.problem = "the PodDisruptionBudget watch is not listed or not healthy"
     _low_pods, high, _high_policy = w.contend()
     assert w.victims() == []
-    view = w.ledger.order_view(high)
+    view = w.ledger.view.order_view(high)
     assert view is not None and "PodDisruptionBudget watch" in view["preemption"]["note"]
 
 
@@ -289,7 +305,7 @@ def test_pods_of_a_group_without_a_gang_policy_are_victims_one_by_one() -> None:
         raw["spec"]["priority"] = 1
         w.mirror.upsert_pod(raw)
     high, high_policy, _ = w.gang("high", 1, "3", priority=100)
-    assert w.ledger.admission(high, high_policy) != PASS
+    assert w.ledger.admit(high, high_policy) != PASS
     w.tick()
     assert [len(unit) for unit in w.victims()] == [1]
 
@@ -302,12 +318,12 @@ def test_a_preemption_leaves_a_gang_admitted_before_it_its_reserved_room() -> No
     for n in NODES:
         w.plain(f"low-{n}", "1", n)
     big, big_policy, big_members = w.gang("big", 4, "3")
-    assert w.ledger.admission(big, big_policy) == PASS
+    assert w.ledger.admit(big, big_policy) == PASS
     high, _, _ = w.gang("high", 1, "1", priority=10, tried=True)
     w.tick(2)
     (victim,), = w.victims()
-    assert w.ledger.state(high).drain == PREEMPTING  # type: ignore[union-attr]
-    for member, (target, _) in zip(big_members, w.mirror.reserved_slots(big), strict=True):
+    assert w.ledger.record(high).preempting  # type: ignore[union-attr]
+    for member, (target, _) in zip(big_members, slots_of(w.ledger, big), strict=True):
         decision = w.ledger.on_bind(member, target, big_policy)
         assert decision.error == "", decision.error
     assert decision.action is BindAction.RELEASE and w.mirror.free(victim.removeprefix("low-"), None).get("cpu", 0) == 0
@@ -326,10 +342,10 @@ def test_a_gang_that_fits_free_capacity_is_admitted_without_a_victim_search(monk
     for n in NODES:
         w.plain(f"low-{n}", "1", n)
     fits, fits_policy, _ = w.gang("fits", 2, "1", priority=100)
-    assert w.ledger.admission(fits, fits_policy) == PASS
+    assert w.ledger.admit(fits, fits_policy) == PASS
     assert searches == []
     big, big_policy, _ = w.gang("big", 4, "3", priority=100)
-    assert w.ledger.admission(big, big_policy) != PASS
+    assert w.ledger.admit(big, big_policy) != PASS
     assert searches == []
     w.tick()
     assert searches == [big]

@@ -1,4 +1,4 @@
-"""extender.cluster.quantity: quantity strings -> exact Decimals -> the integer units kube-scheduler compares."""
+"""extender.model.quantity: quantity strings -> exact Decimals -> the integer units kube-scheduler compares."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from extender.cluster.quantity import add_into, describe, parse_quantity, parse_resources, to_units
 from extender.errors import QuantityError
+from extender.model.quantity import add_into, describe, parse_quantity, parse_resources, to_units
 
 GI = 2**30
 MI = 2**20

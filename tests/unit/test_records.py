@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from extender.cluster.groups import ANNOTATION_GROUP, ANNOTATION_MIN_COUNT, COSCHEDULING_LABEL
-from extender.cluster.model import GangKey, GangPolicy, GroupKind, GroupRef, NodeRecord, PodRecord, Taint
 from extender.cluster.records import DEFAULT_MAX_PODS, node_record, pod_record, pod_requests
 from extender.errors import GroupError, QuantityError, RecordError
+from extender.model.cluster import NodeRecord, PodRecord, Taint
+from extender.model.gang import GangKey, GangPolicy, GroupKind, GroupRef
 
 GI = 2**30
 MI = 2**20

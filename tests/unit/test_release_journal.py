@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from extender.files.journal import JournalPod, ReleaseJournal
-from tests.builders import Harness, bind_args, coscheduling_podgroup, make_engine, node, pod
+from extender.files.journal import JournalPod, Release, ReleaseJournal
+from tests.builders import Harness, bind_args, coscheduling_podgroup, gang_key, make_engine, node, pod
 
 
 def members(count: int, cpu: str = "3") -> list[dict[str, Any]]:
@@ -29,41 +29,41 @@ def test_an_open_release_is_read_back_by_the_next_process(tmp_path: Path) -> Non
     path = tmp_path / "releases.jsonl"
     journal = ReleaseJournal(path)
     pods = [JournalPod("ns", f"p{i}", f"u{i}", f"n{i}") for i in range(3)]
-    first = journal.opened("ns/a", pods)
-    second = journal.opened("ns/b", pods[:1])
+    first = journal.opened(gang_key("ns/a"), pods)
+    second = journal.opened(gang_key("ns/b"), pods[:1])
     journal.closed(second)
     journal.close()  # the process dies with release `first` open
 
     after = ReleaseJournal(path)
-    assert [(r.id, r.gang, r.pods) for r in after.unfinished] == [(first, "ns/a", tuple(pods))]
-    assert after.opened("ns/c", pods) > second, "ids keep growing across restarts"
+    assert [(r.id, str(r.gang), r.pods) for r in after.unfinished] == [(first, "ns/a", tuple(pods))]
+    assert after.opened(gang_key("ns/c"), pods) > second, "ids keep growing across restarts"
     after.closed(first)
     after.close()
-    assert [r.gang for r in ReleaseJournal(path).unfinished] == ["ns/c"]
+    assert [str(r.gang) for r in ReleaseJournal(path).unfinished] == ["ns/c"]
 
 
 def test_a_torn_or_garbled_line_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "releases.jsonl"
     journal = ReleaseJournal(path)
-    journal.opened("ns/a", [JournalPod("ns", "p", "u", "n")])
+    journal.opened(gang_key("ns/a"), [JournalPod("ns", "p", "u", "n")])
     journal.close()
     with path.open("ab") as out:
         out.write(b'[1, 2]\n{"release": "x"}\n{"release": 9, "gang": "ns/b", "pods": [["ns", "p"]]}\n'
                   b'{"release": 10, "gang": "ns/c", "po')  # killed in the middle of a write
-    assert [r.gang for r in ReleaseJournal(path).unfinished] == ["ns/a"]
+    assert [str(r.gang) for r in ReleaseJournal(path).unfinished] == ["ns/a"]
 
 
 def test_the_file_is_emptied_once_large_and_no_release_is_open(tmp_path: Path) -> None:
     path = tmp_path / "releases.jsonl"
     journal = ReleaseJournal(path, compact_bytes=300)
     pods = [JournalPod("ns", f"p{i}", f"u{i}", "n") for i in range(4)]
-    kept = journal.opened("ns/keep", pods)
+    kept = journal.opened(gang_key("ns/keep"), pods)
     for _ in range(5):
-        journal.closed(journal.opened("ns/a", pods))
+        journal.closed(journal.opened(gang_key("ns/a"), pods))
     assert path.stat().st_size > 300, "a release is open: nothing may be dropped"
     journal.closed(kept)
     assert path.stat().st_size == 0
-    journal.closed(journal.opened("ns/a", pods))
+    journal.closed(journal.opened(gang_key("ns/a"), pods))
     journal.close()
     assert ReleaseJournal(path).unfinished == []
 
@@ -72,7 +72,7 @@ def test_a_failed_write_does_not_stop_the_release(tmp_path: Path) -> None:
     journal = ReleaseJournal(tmp_path / "releases.jsonl")
     os.close(journal._lines._fd)
     journal._lines._fd = os.open("/dev/full", os.O_WRONLY)  # every write fails with ENOSPC
-    assert journal.opened("ns/a", [JournalPod("ns", "p", "u", "n")]) == 0
+    assert journal.opened(gang_key("ns/a"), [JournalPod("ns", "p", "u", "n")]) == 0
     journal.closed(0)
     journal.close()
 
@@ -124,11 +124,11 @@ def test_resume_binds_only_what_is_still_pending_and_fits(h: Harness) -> None:
     recreated = pod("a-2", cpu="3", pod_group="a")  # same name, new uid: not the pod that was released
     h.add(coscheduling_podgroup("a", 5), bound_before_crash, gang[1], recreated, gang[3], gang[4])
 
-    outcomes = h.engine.resume_release("default/a", [
+    outcomes = h.engine.resume_release(Release(1, gang_key("default/a"), tuple([
         entry(gang[0], "n0"), entry(gang[1], "n1"), entry(gang[2], "n2"),
         entry(gang[3], "n3"),   # 3 cpu on a 2-cpu node: must not be bound there
         entry(gang[4], "n2"),
-    ])
+    ])))
 
     assert outcomes == {
         "default/a-0": "already bound",
@@ -140,7 +140,7 @@ def test_resume_binds_only_what_is_still_pending_and_fits(h: Harness) -> None:
     assert sorted(h.binder.calls) == [("default", "a-1", gang[1]["metadata"]["uid"], "n1"),
                                       ("default", "a-4", gang[4]["metadata"]["uid"], "n2")]
     assert h.mirror.placement(gang[1]["metadata"]["uid"]) == "n1"
-    assert h.ledger.counters["releases_resumed"] == 1
+    assert h.ledger.view.counters()["releases_resumed"] == 1
     assert [e[0] for e in h.events.of("GangReleaseResumed")] == [("a-1", "a-4")]
 
 
@@ -149,11 +149,11 @@ def test_resume_reports_a_refused_binding_and_forgets_the_assumption(h: Harness)
     gang = members(2)
     h.add(coscheduling_podgroup("a", 2), *gang)
     h.binder.fail["a-1"] = "pods \"a-1\" is forbidden"
-    outcomes = h.engine.resume_release("default/a", [entry(gang[0], "n0"), entry(gang[1], "n1")])
+    outcomes = h.engine.resume_release(Release(1, gang_key("default/a"), (entry(gang[0], "n0"), entry(gang[1], "n1"))))
     assert outcomes["default/a-0"] == ""
     assert outcomes["default/a-1"].startswith("binding pod default/a-1 to n1 failed")
     assert h.mirror.placement(gang[1]["metadata"]["uid"]) == ""
-    assert h.ledger.counters["bind_errors"] == 1
+    assert h.ledger.view.counters()["bind_errors"] == 1
 
 
 def test_resume_leaves_a_member_needing_preparation_to_kube_scheduler(h: Harness) -> None:
@@ -164,7 +164,8 @@ def test_resume_leaves_a_member_needing_preparation_to_kube_scheduler(h: Harness
     with_claim = {**gang[1], "spec": {**gang[1]["spec"], "volumes": [
         {"name": "data", "persistentVolumeClaim": {"claimName": "data-a-1"}}]}}
     h.add(coscheduling_podgroup("a", 2), gang[0], with_claim)
-    outcomes = h.engine.resume_release("default/a", [entry(gang[0], "n0"), entry(with_claim, "n1")])
+    release = Release(1, gang_key("default/a"), (entry(gang[0], "n0"), entry(with_claim, "n1")))
+    outcomes = h.engine.resume_release(release)
     assert outcomes == {"default/a-0": "",
                         "default/a-1": "needs volume or claim preparation: passes the barrier at its next bind"}
     assert [call[1] for call in h.binder.calls] == ["a-0"]

@@ -13,9 +13,9 @@ import pytest
 
 from extender.cluster.groups import GROUP_APIS, GroupApi
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GangPhase, GangStatus, GroupKind, GroupRef
 from extender.errors import KubeError
 from extender.kube.status import CONFLICT, SENT, SKIPPED, StatusWriter
+from extender.model.gang import GangPhase, GangStatus, GroupKind, GroupRef
 from extender.wiring.discovery import GroupWatches
 from extender.wiring.reporting import status_writer
 from tests.builders import FakeClock, coscheduling_podgroup, node, pod

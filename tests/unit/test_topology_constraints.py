@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.cluster import topology
-from extender.cluster.topology import (
+from extender.cluster import topology_constraints as topology
+from extender.cluster.topology_constraints import (
     ANNOTATION_PREFERRED,
     ANNOTATION_REQUIRED,
     KUEUE_PREFERRED,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.topology import ANNOTATION_PREFERRED, ANNOTATION_REQUIRED
+from extender.cluster.topology_constraints import ANNOTATION_PREFERRED, ANNOTATION_REQUIRED
 from tests.builders import Harness, bind_args, coscheduling_podgroup, filter_args, make_engine, node, pod
 
 ZONE, BLOCK, RACK = "topology.kubernetes.io/zone", "example.com/block", "example.com/rack"
@@ -191,7 +191,7 @@ def test_a_held_member_whose_node_left_the_domain_aborts_the_release(h: Harness)
                             daemon=True)
     held.start()
     deadline = time.monotonic() + 2
-    while h.ledger.held_count() < 1 and time.monotonic() < deadline:
+    while h.ledger.view.held_count() < 1 and time.monotonic() < deadline:
         time.sleep(0.005)
     h.add(node(first, cpu="4", labels={**NODES[first], RACK: "elsewhere"}))
     second = h.engine.filter(filter_args(members[1], NAMES)).feasible[0]

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from extender.cluster.levels import KueueTopology, Rejected, TopologyLevels, parse_topology
-from extender.cluster.model import TopologyConstraint
-from extender.cluster.topology import ANNOTATION_PREFERRED
+from extender.cluster.topology_constraints import ANNOTATION_PREFERRED
 from extender.errors import KubeError
 from extender.labelkeys import HOSTNAME
+from extender.model.gang import TopologyConstraint
 from extender.wiring.kueue import TopologyWatch
 from tests.builders import Harness, coscheduling_podgroup, filter_args, make_engine, node, pod
 

@@ -10,13 +10,13 @@ from collections.abc import Mapping
 
 import pytest
 
-from extender.cluster.model import NodeRecord, PodRecord, Taint
-from extender.cluster.quantity import Resources
-from extender.cluster.topology import HOSTNAME, TopologyConstraint
+from extender.cluster.topology_constraints import HOSTNAME, TopologyConstraint
+from extender.gangs import domains as gt
 from extender.gangs import planner
-from extender.gangs import topology as gt
+from extender.gangs.domains import ACROSS, Domain, DomainReport, ladder, never_fits, place
 from extender.gangs.planner import plan
-from extender.gangs.topology import ACROSS, Domain, DomainReport, ladder, never_fits, place
+from extender.model.cluster import NodeRecord, PodRecord, Taint
+from extender.model.quantity import Resources
 
 ZONE, BLOCK, RACK = "topology.kubernetes.io/zone", "example.com/block", "example.com/rack"
 LEVELS = (ZONE, BLOCK, RACK)

@@ -14,11 +14,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.cluster.model import NodeRecord, PodRecord, Taint
-from extender.cluster.quantity import Resources
-from extender.cluster.topology import HOSTNAME, TopologyConstraint
+from extender.cluster.topology_constraints import HOSTNAME, TopologyConstraint
+from extender.gangs.domains import ACROSS, Domain, ladder, place
 from extender.gangs.planner import plan
-from extender.gangs.topology import ACROSS, Domain, ladder, place
+from extender.model.cluster import NodeRecord, PodRecord, Taint
+from extender.model.quantity import Resources
 
 ZONE, BLOCK, RACK = "zone", "example.com/block", "example.com/rack"
 GI = 2**30

@@ -20,7 +20,7 @@ import pytest
 
 from extender.cluster.signature import signature
 from extender.config import Settings
-from extender.engine.verbs import REPLY_MESSAGES
+from extender.engine.filtering import REPLY_MESSAGES
 from extender.errors import ProtocolError
 from extender.gangs.ledger import BindAction
 from extender.http.protocol import MAX_NODES_PER_REQUEST, parse_filter_args
@@ -41,8 +41,10 @@ NODES4 = ["n1", "n2", "n3", "n4"]
 
 
 @pytest.fixture
-def h() -> Iterator[Harness]:
-    harness = make_engine(timeout_seconds=20.0)  # the ledger holds a bind 29 s (httpTimeout 30 s less 1 s)
+def h(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    """The harness (``indirect`` parameters: more ``make_engine`` settings)."""
+    # the ledger holds a bind 29 s (httpTimeout 30 s less 1 s)
+    harness = make_engine(**{"timeout_seconds": 20.0, **getattr(request, "param", {})})
     harness.add(*(node(name, cpu="4") for name in NODES4))
     yield harness
     harness.close()
@@ -81,8 +83,8 @@ class Binds:
 
 def held(h: Harness, count: int) -> None:
     deadline = time.monotonic() + 5
-    while h.ledger.held_count() != count:
-        assert time.monotonic() < deadline, f"{h.ledger.held_count()} held, expected {count}"
+    while h.ledger.view.held_count() != count:
+        assert time.monotonic() < deadline, f"{h.ledger.view.held_count()} held, expected {count}"
         time.sleep(0.002)
 
 
@@ -101,12 +103,12 @@ def test_a_long_gang_timeout_never_holds_a_bind_past_the_http_timeout(h: Harness
     binds = hold_first_three(h, a)
     h.clock.advance(28.9)
     h.ledger.sweep()
-    assert h.ledger.held_count() == 3
+    assert h.ledger.view.held_count() == 3
     h.clock.advance(0.2)  # 29.1 s: kube-scheduler gives up at 30
     h.ledger.sweep()
     answers = binds.join()
     assert set(answers) == {"a-0", "a-1", "a-2"} and all("still gathering members" in m for m in answers.values())
-    assert h.binder.calls == [] and h.ledger.counters["timeouts"] == 0
+    assert h.binder.calls == [] and h.ledger.view.counters()["timeouts"] == 0
     # The retries are held again (not "already waiting") and the gang completes in its attempt.
     h.clock.advance(60)
     for member, target in zip(a, NODES4, strict=True):
@@ -124,7 +126,7 @@ def test_time_queued_before_the_handler_counts(h: Harness) -> None:
     h.ledger.sweep()
     assert "still gathering members" in binds.join()["a-0"]
     late = h.engine.bind(bind_args(a[1], "n2"), h.clock.now - 29)
-    assert "too late to be held" in late and h.ledger.held_count() == 0
+    assert "too late to be held" in late and h.ledger.view.held_count() == 0
 
 
 def test_a_quorum_is_not_released_with_a_hold_out_of_time(h: Harness) -> None:
@@ -135,7 +137,7 @@ def test_a_quorum_is_not_released_with_a_hold_out_of_time(h: Harness) -> None:
     h.clock.advance(29.5)  # overdue, but no sweep has answered them yet
     last = h.ledger.on_bind(records[3], "n4", policy)  # type: ignore[arg-type]
     assert last.action is BindAction.WAIT, "no Binding may be sent for a request kube-scheduler gave up on"
-    assert all(d.hold is not None and d.hold.done.is_set() and "gathering" in (d.hold.result or "") for d in early)
+    assert all(d.hold is not None and d.hold.answered and "gathering" in (d.hold.result or "") for d in early)
     assert h.binder.calls == []
 
 
@@ -159,7 +161,7 @@ def test_a_release_rechecks_room_and_binds_nothing_on_an_overcommitted_node(h: H
     assert h.binder.calls == [], "no member of the gang is bound"
     assert set(answers) == {"a-0", "a-1", "a-2", "a-3"}
     assert all("was not released: member default/a-0: node n1 is over-committed in cpu" in m for m in answers.values())
-    assert h.ledger.counters["releases_aborted"] == 1 and h.ledger.admitted_count() == 0
+    assert h.ledger.view.counters()["releases_aborted"] == 1 and h.ledger.view.admitted_count() == 0
     assert h.events.of("GangReleaseAborted")[0][0] == ("a-0", "a-1", "a-2", "a-3")
     assert all(h.mirror.placement(m["metadata"]["uid"]) == "" for m in a)
     assert h.mirror.reservation(h.mirror.pod("default", "a-0").gang) == {}  # type: ignore[union-attr,arg-type]
@@ -194,8 +196,8 @@ def test_bind_rechecks_the_predicates_and_the_node(h: Harness) -> None:
     assert h.engine.bind(bind_args(plain, "n1")) == ""
 
 
+@pytest.mark.parametrize("h", [{"scheduler_names": frozenset({"gang-scheduler"})}], indirect=True)
 def test_bind_refuses_pods_of_other_schedulers(h: Harness) -> None:
-    h.engine.scheduler_names = frozenset({"gang-scheduler"})
     mine, theirs = pod("mine", scheduler_name="gang-scheduler"), pod("theirs", scheduler_name="other")
     h.add(mine, theirs)
     assert h.engine.bind(bind_args(theirs, "n1")) == (
@@ -260,7 +262,7 @@ def test_a_core_watch_failing_too_long_stops_the_verbs_and_answers_held_binds(tm
         thread = threading.Thread(target=lambda: result.append(runtime.engine.bind(bind_args(
             {"metadata": {"name": "a-0", "namespace": "default", "uid": a0.uid}}, "n1"))))  # type: ignore[union-attr]
         thread.start()
-        while runtime.ledger.held_count() != 1:
+        while runtime.ledger.view.held_count() != 1:
             time.sleep(0.002)
         assert runtime.answer_held_if_stale(started + 9) == 0
         assert runtime.answer_held_if_stale(started + 11) == 1
@@ -334,8 +336,8 @@ def test_a_silent_api_server_is_noticed_by_the_probe(tmp_path: Path) -> None:
         thread.join(5)
 
 
-def test_a_gang_too_large_for_a_release_intent_fails_fast(h: Harness) -> None:
-    h.ledger.max_release_members = 3  # --leader-election on: a release must fit on the Lease
+@pytest.mark.parametrize("h", [{"max_release_members": 3}], indirect=True)  # --leader-election on: a release
+def test_a_gang_too_large_for_a_release_intent_fails_fast(h: Harness) -> None:  # must fit on the Lease
     members = [pod(f"a-{i}", cpu="3", pod_group="a") for i in range(4)]
     h.add(coscheduling_podgroup("a", 4), *members)
     result = h.engine.filter(filter_args(members[0], NODES4))

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.model import GangKey, GroupKind, GroupRef, NodeRecord, PodRecord, Taint
-from extender.cluster.quantity import Resources, add_into
-from extender.cluster.topology import HOSTNAME, NONE, TopologyConstraint
-from extender.gangs import topology as gt
-from extender.gangs.victims import NO_VICTIMS, Preemption, VictimUnit, choose_victims, frees
+from extender.cluster.topology_constraints import HOSTNAME, NONE, TopologyConstraint
+from extender.gangs import domains as gt
+from extender.gangs.victims import NO_VICTIMS, VictimChoice, VictimUnit, choose_victims, frees
+from extender.model.cluster import NodeRecord, PodRecord, Taint
+from extender.model.gang import GangKey, GroupKind, GroupRef
+from extender.model.quantity import Resources, add_into
 
 RACK = "example.com/rack"
 CPU = 1000
@@ -52,7 +53,7 @@ def members(count: int, cpu: int) -> list[PodRecord]:
 
 def choose(preemptor: list[PodRecord], units: Sequence[VictimUnit], others: Iterable[PodRecord] = (),
            nodes: Sequence[NodeRecord] = NODES, constraint: TopologyConstraint = NONE,
-           bound: Sequence[NodeRecord] = ()) -> Preemption | str:
+           bound: Sequence[NodeRecord] = ()) -> VictimChoice | str:
     used: dict[str, Resources] = {}
     for running in [*(p for u in units for p in u.pods), *others]:
         add_into(used.setdefault(running.node_name, {}), running.requests)
@@ -65,8 +66,8 @@ def choose(preemptor: list[PodRecord], units: Sequence[VictimUnit], others: Iter
     return choose_victims(preemptor, preemptor, nodes, free_of, constraint, (RACK,), bound, units, HIGH)
 
 
-def victims(result: Preemption | str) -> list[str]:
-    assert isinstance(result, Preemption), result
+def victims(result: VictimChoice | str) -> list[str]:
+    assert isinstance(result, VictimChoice), result
     assert result.placement.plan.complete
     return [unit.key for unit in result.victims]
 
@@ -74,7 +75,7 @@ def victims(result: Preemption | str) -> list[str]:
 def test_no_victims_when_the_free_capacity_suffices() -> None:
     units = [single("low", "r1-n0", 8, 0)]
     result = choose(members(1, 8), units)  # three nodes are empty
-    assert isinstance(result, Preemption)
+    assert isinstance(result, VictimChoice)
     assert result.victims == () and result.freed == {}
     assert result.placement.plan.complete
 
@@ -84,7 +85,7 @@ def test_a_gang_is_evicted_whole_never_split() -> None:
     units = [gang("batch", [(n.name, 8) for n in NODES], 1)]
     result = choose(members(1, 4), units)
     assert victims(result) == ["gang work/batch"]
-    assert isinstance(result, Preemption)
+    assert isinstance(result, VictimChoice)
     assert result.freed == {n.name: {"cpu": 8 * CPU, "pods": 1} for n in NODES}  # all of it, not one node
 
 
@@ -133,7 +134,7 @@ def test_victims_in_one_rack_when_the_preemptor_needs_one_rack() -> None:
     assert sorted(victims(choose(members(2, 8), units, others))) == ["pod work/cheap-r1", "pod work/cheap-r2"]
     result = choose(members(2, 8), units, others, constraint=TopologyConstraint(required=RACK))
     assert sorted(victims(result)) == ["pod work/cheap-r2", "pod work/next-r2"]
-    assert isinstance(result, Preemption)
+    assert isinstance(result, VictimChoice)
     assert {slot_node for slot_node, _ in result.placement.plan.slots} == {"r2-n0", "r2-n1"}
     assert str(result.placement.domain) == f"{RACK}=r2"
 
@@ -223,6 +224,6 @@ def test_a_few_plans_in_all_not_one_per_unit(monkeypatch: pytest.MonkeyPatch) ->
         plans[0] = 0
         result = choose(members(8, 8), units, others, nodes=nodes, constraint=constraint, bound=bound)
         assert len(victims(result)) == 24
-        assert isinstance(result, Preemption)
+        assert isinstance(result, VictimChoice)
         assert {unit.pods[0].node_name[:2] for unit in result.victims} == racks
         assert plans[0] <= 10, (constraint, bound)

@@ -1,12 +1,12 @@
 """Victim choice properties, for random clusters, running units and preemptors (gangs/victims.py).
 
-Each check re-plans with ``topology.place_gang`` itself, over the free capacity plus what the
+Each check re-plans with ``domains.place_gang`` itself, over the free capacity plus what the
 victims free computed here from the units' pods (not by the module):
 
 - the victims are whole units given in (never part of one): what is freed is all their pods' requests;
 - no victim has the preemptor's priority or more, and none is unevictable;
 - the placement never over-commits a node: free + freed covers the members placed there;
-- a Preemption's plan is complete, and is the plan ``place_gang`` makes with exactly that freed;
+- a VictimChoice's plan is complete, and is the plan ``place_gang`` makes with exactly that freed;
 - no victims exactly when the plan completes without any;
 - no victim can be spared: leaving any one out makes the plan incomplete (also where packing is tight
   and first fit's outcome does not grow with capacity; test_victims.py has a fixed case of that);
@@ -22,11 +22,12 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from extender.cluster.model import GangKey, GroupKind, GroupRef, NodeRecord, PodRecord, Taint
-from extender.cluster.quantity import Resources, add_into
-from extender.cluster.topology import HOSTNAME, TopologyConstraint
-from extender.gangs.topology import TopologyPlan, place_gang
+from extender.cluster.topology_constraints import HOSTNAME, TopologyConstraint
+from extender.gangs.domains import TopologyPlan, place_gang
 from extender.gangs.victims import VictimUnit, choose_victims
+from extender.model.cluster import NodeRecord, PodRecord, Taint
+from extender.model.gang import GangKey, GroupKind, GroupRef
+from extender.model.quantity import Resources, add_into
 
 RACK = "example.com/rack"
 GI = 2**30

@@ -28,7 +28,9 @@ from extender.cluster.groups import (
     workload_groups,
 )
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import (
+from extender.cluster.records import pod_record
+from extender.files.snapshot import load_into
+from extender.model.gang import (
     GangKey,
     GangOrder,
     GangPhase,
@@ -39,8 +41,6 @@ from extender.cluster.model import (
     Source,
     TopologyConstraint,
 )
-from extender.cluster.records import pod_record
-from extender.files.snapshot import load_into
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden" / "groups"
 PG = GroupKind.PODGROUP

@@ -16,7 +16,7 @@ that level); choosing the domain; and what the best other domains lack.
 
 Members are placed inside a domain by ``planner.plan`` unchanged (first-fit, most-allocated first,
 the same predicates as the filter verb).
-Must not: keep state, take locks, read the clock, or parse Kubernetes objects (``cluster.topology``).
+Must not: keep state, take locks, read the clock, or parse Kubernetes objects (``cluster.topology_constraints``).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from extender.cluster.model import NodeRecord, PodRecord
-from extender.cluster.quantity import CPU, Resources, describe
-from extender.cluster.topology import HOSTNAME, TopologyConstraint
+from extender.cluster.topology_constraints import HOSTNAME, TopologyConstraint
 from extender.gangs import planner
 from extender.gangs.planner import Plan
+from extender.model.cluster import NodeRecord, PodRecord
+from extender.model.quantity import CPU, Resources, describe
 
 Rung = tuple[str, ...]
 """The label keys of one level: a domain is the nodes with the same value of each; () is every node."""

@@ -15,7 +15,7 @@ from each place it can be written, and merging them into one effective constrain
 Every value must be a valid label key. Bad input (an invalid key, two different required or preferred
 keys from two sources, members that disagree) yields a ``TopologyProblem`` whose message says exactly
 what is wrong; nothing here raises on malformed objects.
-Must not: hold state, do I/O, or know about nodes and placement (that is ``gangs.topology``).
+Must not: hold state, do I/O, or know about nodes and placement (that is ``gangs.domains``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from extender.cluster.model import NONE, Parsed, Source, TopologyConstraint, TopologyProblem
 from extender.labelkeys import HOSTNAME, label_key_problem
+from extender.model.gang import NONE, Parsed, Source, TopologyConstraint, TopologyProblem
 
 __all__ = ["HOSTNAME", "NONE", "Parsed", "Source", "TopologyConstraint", "TopologyProblem",
            "from_group_annotations", "from_pod", "from_podgroup", "merge"]

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from extender.cluster.facts import PodFacts
 from extender.cluster.mirror import ClusterMirror
-from extender.cluster.model import GangKey, GangPolicy
 from extender.engine.requests import PreemptArgs, PreemptResult, Victims, request_record
 from extender.errors import GroupError
 from extender.gangs.ledger import GangLedger
+from extender.model import messages
 
-UNKNOWN_NODE = "node is not known to gang-extender"
-NO_VICTIMS = "no victims on the node (kube-scheduler rejects an extender's node without victims)"
+UNKNOWN_NODE = messages.PREEMPT_NODE_UNKNOWN
+NO_VICTIMS = messages.PREEMPT_NO_VICTIMS
 
 
 def preempt(mirror: ClusterMirror, ledger: GangLedger, args: PreemptArgs) -> PreemptResult:
@@ -50,7 +50,7 @@ def _preemptor_veto(mirror: ClusterMirror, ledger: GangLedger, facts: PodFacts) 
     try:
         linked = facts.link is not None
     except GroupError as exc:
-        return f"invalid gang: {exc}"
+        return messages.invalid_gang(exc)
     record = request_record(facts)  # read as filter reads it: a pod filter would refuse is a bad request here too
     if not linked:
         return ""
@@ -58,11 +58,10 @@ def _preemptor_veto(mirror: ClusterMirror, ledger: GangLedger, facts: PodFacts) 
     if gang is None:
         return ""  # a member of a non-gang group: an ordinary pod
     if policy is None:
-        return f"gang {gang} is not defined yet (its group object has not been seen)"
-    placed = len(ledger.placed(mirror.members(gang), ledger.state(gang)))
+        return messages.preemptor_group_unseen(gang)
+    placed = ledger.placed_count(gang)
     if placed < policy.min_count:
-        return (f"gang {gang} is not complete ({placed}/{policy.min_count} members placed): preempting for "
-                "one member would evict pods for a gang that still cannot run")
+        return messages.preemptor_incomplete(gang, placed, policy.min_count)
     return ""
 
 
@@ -75,14 +74,8 @@ def _node_problem(mirror: ClusterMirror, ledger: GangLedger, node: str, victims:
     for uid in victims.uids:
         pod = mirror.pod_by_uid(uid)
         if pod is None or pod.terminal or mirror.placement(uid) != node:
-            return f"victim {uid[:64]!r} is not a pod gang-extender knows on this node"
+            return messages.victim_unknown(uid)
         gang, policy = ledger.gang_of(pod)
         if gang is not None:
-            return _gang_victim(gang, policy)
+            return messages.victim_in_gang(gang, policy is not None)
     return ""
-
-
-def _gang_victim(gang: GangKey, policy: GangPolicy | None) -> str:
-    what = "a gang" if policy is not None else "a gang whose group is not seen yet"
-    return (f"victims include a member of {what} ({gang}): kube-scheduler's per-pod preemption would "
-            "split it")

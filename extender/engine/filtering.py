@@ -1,0 +1,220 @@
+"""Filtering: the filter and prioritize verbs (no HTTP, no kubernetes client).
+
+Owns: turning one validated filter request into its answer: the gang's half from the ledger in one call
+(``GangLedger.filter_gate``: the sweep, the quorum gate and admission, the member's own reservation and
+where it is steered), then per-node verdicts from the filter cache (signature -> per-node verdicts),
+refreshed for only the nodes changed since the cached entry, then the gang's topology domain; a pod
+left with no feasible node is put on the waitlist to be woken when capacity frees. Prioritize prefers a
+member's reservation, then its siblings' nodes. Must not: parse HTTP or JSON, import Flask or
+kubernetes, or call the API server.
+
+Hot path: one signature, one cache lookup, a refresh of only the nodes changed since the cached entry,
+then one C-level membership pass over the request's node names. The gang half and the verdicts are one
+step under the mirror's lock.
+
+Trust: a request is believed for nothing about the cluster. Verdicts come from the mirror only (a node
+it does not know is infeasible, and no state is kept for such a name).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from extender.cluster.cache import FIT, FilterCache, NodeVerdicts
+from extender.cluster.facts import PodFacts
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.verdicts import MAX_MESSAGE, UNKNOWN_NODE, bounded, check_node_names, node_verdict
+from extender.engine.requests import FilterArgs, FilterResult, request_record
+from extender.errors import GroupError
+from extender.gangs.domains import Domain
+from extender.gangs.ledger import FilterGate, GangLedger, Swept
+from extender.gangs.waitlist import Waitlist
+from extender.model import messages
+from extender.model.gang import Code, GangKey, Verdict
+
+log = logging.getLogger(__name__)
+
+FILTER_SWEEP_INTERVAL = 0.05
+"""Seconds between two walks over every gang (expiry, back-off ends) triggered by filter requests."""
+
+ALL_FIT_RETRIES = 8
+"""Mismatches with a signature's remembered all-fit node list before a newer list replaces it."""
+
+REPLY_MESSAGES = 2 * 2**20
+"""Characters of failure reasons in one reply, summed over its nodes: past it every reason is cut to an
+equal share (at least ``MIN_MESSAGE``). One reason repeated for every requested name would otherwise
+make a reply of hundreds of MB from a 4 MiB request."""
+
+MIN_MESSAGE = 80
+
+NO_WORK = Swept()
+
+
+class Filtering:
+    """The filter and prioritize verbs over the mirror, the filter cache and the ledger."""
+
+    def __init__(self, mirror: ClusterMirror, cache: FilterCache, ledger: GangLedger, waitlist: Waitlist) -> None:
+        self.mirror = mirror
+        self.cache = cache
+        self.ledger = ledger
+        self.waitlist = waitlist
+        self.steered = 0  # filter requests answered with the nodes of the member's own reservation
+
+    def filter(self, args: FilterArgs) -> tuple[FilterResult, Swept]:
+        """The answer, and what the ledger's sweep left to do outside the lock."""
+        facts = PodFacts(args.pod)
+        try:
+            linked = facts.link is not None
+        except GroupError as exc:
+            return _all_failed(args.node_names, Verdict(Code.WAIT_UNRESOLVABLE, messages.invalid_gang(exc))), NO_WORK
+        key = facts.signature
+        with self.mirror.lock:
+            # only gang members need the full record before the cache lookup
+            gate = self.ledger.filter_gate(facts, request_record(facts) if linked else None, args.node_names,
+                                           FILTER_SWEEP_INTERVAL)
+            if not gate.verdict.passes:
+                return _all_failed(args.node_names, gate.verdict), gate.swept
+            if gate.steered:
+                self.steered += 1
+                result, entry = FilterResult(gate.steered, {}, {}), None
+            else:
+                result, entry = self._node_verdicts(args, facts, gate, key)
+            if gate.domain is not None and gate.allowed is not None:
+                result = _within_domain(result, gate.domain, gate.allowed, gate.gang)
+            if not result.feasible:
+                self.waitlist.block(request_record(facts))
+        if entry is not None and key is not None:
+            self.cache.put(key, entry)
+        return result, gate.swept
+
+    def _node_verdicts(self, args: FilterArgs, facts: PodFacts, gate: FilterGate,
+                       key: bytes | None) -> tuple[FilterResult, NodeVerdicts | None]:
+        """Per-node verdicts for the request's nodes, from the cache where the pod's signature ``key``
+        allows, and the cache entry to store back (None: nothing to store). Called under mirror.lock.
+
+        The cached verdicts are those of the pod as if it belonged to no gang, so members of different
+        gangs with the same spec share them: the only thing a gang changes is that its own reservation
+        counts as room, and the nodes holding it (a handful, ``gate.own``) are evaluated by the ledger,
+        outside the cache."""
+        names = args.node_names
+        own = gate.own
+        entry = self._fresh_entry(key, facts)
+        if not own and self._all_fit(entry, names):
+            feasible, failed = names, {}  # the request's own list: every name fits
+        else:
+            if not own:  # with ``own`` the names were checked on the way to it
+                check_node_names(names)
+            verdicts, known = entry.verdicts, self.mirror.nodes
+            unknown: dict[str, str] = {}
+            for name in names:
+                if name not in verdicts and name not in own:
+                    if name in known:
+                        entry.record(name, self._verdict(name, facts))
+                    else:
+                        unknown[name] = UNKNOWN_NODE
+            verdict_of = {**verdicts, **own, **unknown} if own or unknown else verdicts
+            feasible = [n for n in names if verdict_of[n] == FIT]
+            failed = {n: verdict_of[n] for n in names if verdict_of[n] != FIT}
+        result = FilterResult(feasible, _within_budget(failed) if failed else failed, {})
+        return result, entry if key is not None else None
+
+    @staticmethod
+    def _all_fit(entry: NodeVerdicts, names: list[Any]) -> bool:
+        """Whether every requested name is a node the entry knows to fit (which also proves each one a
+        valid node name).
+
+        kube-scheduler with percentageOfNodesToScore 100 sends the same list in the same order call
+        after call: comparing with a remembered all-fit list (memcmp, no hashing) is 2.5x cheaper than
+        the set pass that otherwise proves every name known and fitting. The remembered list is
+        replaced only after repeated mismatches (a rotating order), as freeing 5,000 strings per
+        request would cost more than the comparison saves."""
+        if names == entry.all_fit_names:
+            entry.all_fit_misses = 0
+            return True
+        try:
+            all_fit = entry.fit.issuperset(names)
+        except TypeError:  # an unhashable element: not a node name
+            return False
+        entry.all_fit_misses += 1
+        if all_fit and (entry.all_fit_names is None or entry.all_fit_misses >= ALL_FIT_RETRIES):
+            entry.all_fit_names, entry.all_fit_misses = names, 0
+        return all_fit
+
+    def _fresh_entry(self, key: bytes | None, facts: PodFacts) -> NodeVerdicts:
+        """The cached verdicts for ``key``, refreshed to the mirror's generation (under mirror.lock)."""
+        generation = self.mirror.generation
+        if key is None:
+            self.cache.unsignable += 1
+            return NodeVerdicts(generation)
+        entry = self.cache.get(key)
+        if entry is None:
+            self.cache.count(hit=False)
+            return NodeVerdicts(generation)
+        refreshed = 0
+        if entry.generation != generation:
+            changed = self.mirror.changed_since(entry.generation)
+            if changed is None:
+                self.cache.discard(key, "change_log_overflow")
+                self.cache.count(hit=False)
+                return NodeVerdicts(generation)
+            for name in changed:
+                if name not in entry.verdicts:
+                    continue
+                if name in self.mirror.nodes:
+                    entry.record(name, self._verdict(name, facts))
+                else:
+                    entry.forget(name)
+                refreshed += 1
+            entry.generation = generation
+        self.cache.count(hit=True, refreshed=refreshed)
+        return entry
+
+    def _verdict(self, name: str, facts: PodFacts) -> str:
+        """The pod's verdict on node ``name`` as a pod of no gang (what the cache keeps)."""
+        return node_verdict(self.mirror, name, request_record(facts), facts.placement, None)
+
+    def prioritize(self, args: FilterArgs) -> list[tuple[str, int]]:
+        """Gang members prefer their reservation (10), then nodes with siblings (5); others 0."""
+        names = check_node_names(args.node_names)
+        try:
+            pod = request_record(PodFacts(args.pod))  # validated as filter validates it
+        except GroupError:
+            return [(name, 0) for name in names]
+        with self.mirror.lock:
+            gang, policy = self.ledger.gang_of(pod)
+            if gang is None or policy is None:
+                return [(name, 0) for name in names]
+            reserved = self.mirror.reserved_nodes(gang)
+            siblings = {self.mirror.placement(m.uid) for m in self.mirror.members(gang)}
+        return [(n, 10 if n in reserved else 5 if n in siblings else 0) for n in names]
+
+
+def _within_domain(result: FilterResult, domain: Domain, allowed: frozenset[str],
+                   gang: GangKey | None) -> FilterResult:
+    """``result`` without the feasible nodes outside the gang's topology domain (a gang with a required
+    topology key keeps every member in one domain). Like steering, nodes left out while some node of the
+    domain is feasible appear in neither map; with none, each says why."""
+    if allowed.issuperset(result.feasible):
+        return result
+    inside = [name for name in result.feasible if name in allowed]
+    if inside:
+        return FilterResult(inside, result.failed, result.failed_unresolvable)
+    reason = messages.outside_gang_domain(domain, gang)
+    failed = _within_budget({**result.failed, **dict.fromkeys(result.feasible, reason)})
+    return FilterResult([], failed, result.failed_unresolvable)
+
+
+def _within_budget(failed: dict[str, str]) -> dict[str, str]:
+    """``failed`` with its reasons cut to a share of ``REPLY_MESSAGES`` when they add up to more."""
+    if len(failed) * MAX_MESSAGE <= REPLY_MESSAGES or sum(map(len, failed.values())) <= REPLY_MESSAGES:
+        return failed
+    share = max(REPLY_MESSAGES // len(failed), MIN_MESSAGE)
+    return {name: reason if len(reason) <= share else reason[:share - 1] + "\u2026" for name, reason in failed.items()}
+
+
+def _all_failed(names: list[Any], verdict: Verdict) -> FilterResult:
+    failed = _within_budget(dict.fromkeys(check_node_names(names), bounded(verdict.message)))
+    if verdict.code is Code.WAIT_UNRESOLVABLE:
+        return FilterResult([], {}, failed)
+    return FilterResult([], failed, {})

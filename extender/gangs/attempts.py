@@ -1,0 +1,118 @@
+"""Attempts: how a gang's attempt, its holds or its reservation end; the steps several parts share (no I/O).
+
+Owns: resetting an attempt (its reservation dropped, the pods blocked for capacity woken); recycling
+holds (answered with a retry, their slots back in the gang's reservation); whether a complete quorum
+may be released now, and aborting it when a member no longer fits; ending a draining or preempting
+reservation; judging, at a timeout, the reserved nodes kube-scheduler never offered. Each returns the
+effects it asks for and updates only the record's own bookkeeping. Must not: perform effects (the
+apply step does), call the API server or block.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
+
+from extender.gangs.effects import Answer, Count, Effect, Publish, Reserve, Tell, WakeBlocked
+from extender.gangs.placement import GangPlacement
+from extender.gangs.record import Attempt, GangRecord, Hold, Purpose
+from extender.gangs.settings import GangSettings
+from extender.model import messages
+from extender.model.gang import GangPhase, GangStatus
+
+log = logging.getLogger(__name__)
+
+MIN_OFFERS = 2
+"""Member filter requests an attempt must have seen before a reserved node it never offered is avoided."""
+
+MAX_AVOIDED = 10_000
+"""Nodes one gang avoids at most (more starts the set afresh): bounded by the cluster anyway."""
+
+
+class Attempts:
+    """The shared steps: reset, recycle, release or abort, end a drain, judge the offers."""
+
+    def __init__(self, placement: GangPlacement, settings: GangSettings, clock: Callable[[], float]) -> None:
+        self.placement = placement
+        self.mirror = placement.mirror
+        self.settings = settings
+        self.clock = clock
+
+    def reset(self, record: GangRecord) -> list[Effect]:
+        """End the attempt: nothing reserved, a fresh attempt; capacity it held wakes the blocked pods."""
+        held = record.reservation
+        record.attempt = Attempt()
+        effects: list[Effect] = [Reserve(record, None)]
+        if held is not None and (held.purpose is Purpose.ADMITTED or held.slots):
+            effects.append(WakeBlocked())
+        return effects
+
+    def recycle(self, record: GangRecord, holds: Sequence[Hold], now: float, message: str = "") -> list[Effect]:
+        """Answer ``holds`` with a retry; their slots go back to the gang's reservation."""
+        if not message:
+            placed = len(self.placement.placed(self.mirror.members(record.key), record))
+            last_new = (record.attempt.deadline or now) - self.settings.timeout_for(record.policy)
+            message = messages.still_gathering(record.key, placed + len(record.waiting()), record.policy.min_count,
+                                               max(now - last_new, 0.0))
+        effects: list[Effect] = []
+        if record.admitted and record.reservation is not None:  # only an admitted gang holds a reservation
+            effects.append(Reserve(record, record.reservation.plus((hold.node, hold.pod.requests) for hold in holds)))
+        effects += [Answer(record, hold, message) for hold in holds]
+        effects.append(Count("holds_recycled", len(holds)))
+        log.info("%s", message)
+        return effects
+
+    def may_release(self, record: GangRecord, waiting: list[Hold], now: float,
+                    arriving: Hold | None = None) -> tuple[bool, list[Effect], str]:
+        """Whether the complete quorum ``waiting`` may be bound now: every hold has time left (the overdue
+        ones, never the bind ``arriving`` now, are answered with a retry and the gang waits for them) and
+        every member still fits where it is held (otherwise the release is aborted: nothing is bound, the
+        gang is planned again). Marks the holds ``releasing`` when it may. Returns (may, the effects, the
+        message every hold was answered with when the release was aborted, else "")."""
+        overdue = [h for h in waiting if h is not arriving and now >= h.answer_by]
+        if overdue:
+            effects = self.recycle(record, overdue, now)
+            record.last_message = messages.quorum_overdue(len(overdue))
+            return False, effects, ""
+        problem = self.placement.release_problem(waiting)
+        if problem:
+            message = messages.release_aborted(record.key, problem)
+            effects = [Answer(record, held, message) for held in waiting]
+            effects += self.reset(record)
+            record.last_message = message
+            log.warning("%s", message)
+            effects += [Count("releases_aborted"),
+                        Tell([h.pod for h in waiting], "Warning", "GangReleaseAborted", message),
+                        Publish(record.key, GangStatus(GangPhase.WAITING, message, 0, record.policy.min_count))]
+            return False, effects, message
+        for held in waiting:
+            held.releasing = True
+        return True, [], ""
+
+    @staticmethod
+    def end_drain(record: GangRecord, why: str) -> list[Effect]:
+        """Drop a draining or preempting reservation; the capacity it kept wakes the blocked pods."""
+        log.info("gang %s: draining reservation dropped: %s", record.key, why)
+        return [Reserve(record, None), Count("drains_ended"), WakeBlocked()]
+
+    def judge_offers(self, record: GangRecord) -> str:
+        """At a timeout: the reserved nodes kube-scheduler never offered in ``MIN_OFFERS`` or more member
+        filter requests join the nodes the gang's plans avoid until an attempt succeeds, so a reservation
+        its own filters reject (inter-pod affinity, ports, volumes: what the plan does not model) is
+        planned away instead of waited on forever. Avoiding is a preference: a plan that does not fit
+        without them is made with them (``domains.place_gang``). Returns what to add to the timeout message."""
+        attempt = record.attempt
+        reserved = record.reservation.nodes if record.reservation is not None else frozenset()
+        never = reserved - attempt.offered if attempt.filters_seen >= MIN_OFFERS else set()
+        attempt.offered, attempt.filters_seen = set(), 0
+        if not never:
+            return ""
+        self.avoid(record, never)
+        return messages.never_offered(sorted(never))
+
+    @staticmethod
+    def avoid(record: GangRecord, nodes: AbstractSet[str]) -> None:
+        """The next plans of the gang avoid ``nodes`` (until an attempt succeeds)."""
+        plans = record.plans
+        plans.avoid = (plans.avoid | nodes) if len(plans.avoid) < MAX_AVOIDED else frozenset(nodes)

@@ -1,0 +1,98 @@
+"""PolicyChanges: following group policy changes (1.37 PodGroups: ``minCount`` is mutable; no I/O).
+
+Owns: re-evaluating the gangs whose group appeared or changed its policy: their waiting members woken
+(the quorum gate may pass now); a gang whose held and placed members reach the new ``minCount``
+released at once, with no bind request needed to notice it (``Release``, for the engine to bind); an
+admitted gang keeping only the reservation slots it still needs, and one that needs more than it
+reserved and holds nothing yet planned again at its next filter; a group that is no longer a gang
+letting its held members through. Must not: bind, call the API server or block.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from extender.cluster.mirror import ClusterMirror
+from extender.gangs.attempts import Attempts
+from extender.gangs.effects import Effect, Reserve, Wake
+from extender.gangs.placement import GangPlacement
+from extender.gangs.record import GangRecord, Hold
+from extender.gangs.registry import GangRegistry
+from extender.model import messages
+from extender.model.gang import GangKey
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A complete quorum to bind now: its holds are marked releasing; report the outcome with the
+    ledger's ``released``."""
+
+    gang: GangKey
+    holds: list[Hold]
+
+
+class PolicyChanges:
+    """The gangs whose group's policy changed, followed."""
+
+    def __init__(self, registry: GangRegistry, placement: GangPlacement, attempts: Attempts,
+                 clock: Callable[[], float]) -> None:
+        self.registry = registry
+        self.placement = placement
+        self.mirror: ClusterMirror = placement.mirror
+        self.attempts = attempts
+        self.clock = clock
+
+    def changed(self) -> list[GangKey]:
+        """The gangs whose group appeared or changed its policy since the last call, in order."""
+        changed = self.mirror.take_policy_changes()
+        if not changed:
+            return []
+        gangs = ({g for g in self.mirror.gangs() if g.group in changed}
+                 | {g for g in self.registry.gangs() if g.group in changed})
+        return sorted(gangs)
+
+    def follow(self, gang: GangKey, release: bool) -> tuple[Release | None, list[Effect]]:
+        """One changed gang: the quorum the change completed (with ``release``: marked releasing, for the
+        caller to bind; without it nothing is marked, and the next bind request of such a gang completes
+        its quorum), and the effects."""
+        members = self.mirror.members(gang)
+        effects: list[Effect] = [Wake([p for p in members if not self.mirror.placement(p.uid)])]
+        record = self.registry.get(gang)
+        if record is None:
+            return None, effects
+        _, policy = self.mirror.gang_policy(gang)
+        waiting = record.waiting()
+        placed = self.placement.placed(members, record)
+        log.info("gang %s: policy changed from minCount %d to %s", gang, record.policy.min_count,
+                 policy.min_count if policy else "none (not a gang)")
+        record.plans.never_fits_checked = -1
+        record.plans.constraint_known = False  # the group's topology constraint may have changed too
+        if policy is None:  # no longer a gang (or gone): nothing may stay held
+            return self._release(record, waiting, release, effects)
+        record.policy = policy
+        if waiting and len(placed) + len(waiting) >= policy.min_count:
+            return self._release(record, waiting, release, effects)
+        if record.admitted and record.reservation is not None:
+            needed = policy.min_count - len(placed) - len(waiting)
+            if needed < record.reserved:
+                effects.append(Reserve(record, record.reservation.first(needed)))
+            elif needed > record.reserved and not waiting:
+                effects += self.attempts.reset(record)
+        return None, effects
+
+    def _release(self, record: GangRecord, waiting: list[Hold], release: bool,
+                 effects: list[Effect]) -> tuple[Release | None, list[Effect]]:
+        """Release the quorum ``waiting`` that a policy change completed, if there is one, the caller binds
+        and it may be bound now (otherwise the next bind request completes it, or the gang is planned
+        again)."""
+        if not waiting or not release:
+            return None, effects
+        may, more, _ = self.attempts.may_release(record, waiting, self.clock())
+        if not may:
+            return None, effects + more
+        record.last_message = messages.released_after_policy_change(len(waiting))
+        return Release(record.key, waiting), effects

@@ -1,0 +1,206 @@
+"""GangRegistry: the gang records, and the one apply step that performs the ledger's decisions (no I/O).
+
+Owns: the record of every gang the ledger acts for (``GangRecord``) and the subset that may have work for
+the clock or the queue (``busy``, kept so that per-request walks do not grow with every gang ever seen);
+when the next thing a sweep acts on falls due (``due_by``); the gangs another binder bound a member of
+(from the mirror's ``notify_member_bound``, which also takes that member's reserved slot); the members
+of a release a previous leader left open (``approved``); the eviction orders for the engine; the
+counters; and ``apply``, the only code that changes what a record holds (its reservation and holds)
+and, in the same step, the mirror's view of it (the reserved capacity, the pods assumed on nodes), the
+threads waiting on holds, and what users are told (through the callbacks it is given: Events, wake-ups,
+status). Must not: decide anything, call the API server or block (the callbacks only queue).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from extender.cluster.mirror import ClusterMirror
+from extender.gangs.effects import (
+    Answer,
+    Assume,
+    Count,
+    Decision,
+    Effect,
+    Evict,
+    EvictionOrder,
+    Forget,
+    HoldAt,
+    Publish,
+    Reserve,
+    Tell,
+    Wake,
+    WakeBlocked,
+)
+from extender.gangs.record import GangRecord, Reservation
+from extender.gangs.waitlist import MAX_REMEMBERED, Waitlist
+from extender.model.cluster import PodRecord
+from extender.model.gang import GangKey, GangPolicy, GangStatus, Verdict
+
+log = logging.getLogger(__name__)
+
+COUNTERS = ("admitted", "completed", "timeouts", "never_fits", "bind_errors", "releases_resumed", "holds_recycled",
+            "releases_aborted", "drains_started", "drains_ended", "preemptions_started", "preemptions_completed",
+            "preemptions_failed", "partially_bound")
+"""Every counter, exported as ``gang_extender_gangs_<name>`` (zero until counted)."""
+
+OnEvent = Callable[[list[PodRecord], str, str, str], None]
+OnWake = Callable[[list[PodRecord]], None]
+OnStatus = Callable[[GangKey, GangStatus], None]
+
+
+class GangRegistry:
+    """The records, and the apply step."""
+
+    def __init__(self, mirror: ClusterMirror, waitlist: Waitlist, *, on_event: OnEvent | None = None,
+                 on_wake: OnWake | None = None, on_status: OnStatus | None = None) -> None:
+        self.mirror = mirror
+        self.lock = mirror.lock
+        self.waitlist = waitlist
+        self.on_event: OnEvent = on_event or (lambda pods, kind, reason, message: None)
+        self.on_wake: OnWake = on_wake or (lambda pods: None)
+        self.on_status: OnStatus = on_status or (lambda gang, status: None)
+        self.counters: Counter[str] = Counter(dict.fromkeys(COUNTERS, 0))
+        self._records: dict[GangKey, GangRecord] = {}
+        self._busy: dict[GangKey, GangRecord] = {}
+        self._next_due = float("-inf")
+        self._bound: set[GangKey] = set()
+        self._approved: set[str] = set()
+        self._evictions: list[EvictionOrder] = []
+        mirror.notify_member_bound(self._member_bound)
+
+    # ----------------------------------------------------------------------------- the records
+    def get(self, gang: GangKey) -> GangRecord | None:
+        return self._records.get(gang)
+
+    def ensure(self, gang: GangKey, policy: GangPolicy) -> GangRecord:
+        """The gang's record, made now (with ``policy``) if it has none."""
+        record = self._records.get(gang)
+        if record is None:
+            record = self._records[gang] = GangRecord(gang, policy)
+        return record
+
+    def drop(self, record: GangRecord) -> None:
+        """Forget a gang with nothing held or reserved (its members are gone)."""
+        del self._records[record.key]
+        self._busy.pop(record.key, None)
+
+    def all(self) -> list[GangRecord]:
+        return list(self._records.values())
+
+    def gangs(self) -> Iterable[GangKey]:
+        return self._records.keys()
+
+    def mark_busy(self, record: GangRecord) -> None:
+        """``record`` now has work for the clock or the queue: called where a gang is admitted, gets a held
+        bind or starts waiting its turn (every other unsettled state follows from one of those)."""
+        self._busy[record.key] = record
+
+    def busy(self) -> list[GangRecord]:
+        """The gangs that are not settled (settled and forgotten ones leave the set here)."""
+        gone = [g for g, r in self._busy.items() if self._records.get(g) is not r or r.settled]
+        for gang in gone:
+            del self._busy[gang]
+        return list(self._busy.values())
+
+    def rebuild_busy(self) -> None:
+        """Find the unsettled gangs among all (the full sweep's safety net for a mark missed)."""
+        self._busy = {g: r for g, r in self._records.items() if not r.settled}
+
+    def due_by(self, when: float) -> float:
+        """Something a sweep acts on falls due at ``when`` (a deadline, a held bind's answer, the end of a
+        back-off): a filter's sweep walks the gangs again once that time comes. Returns ``when``."""
+        self._next_due = min(self._next_due, when)
+        return when
+
+    @property
+    def next_due(self) -> float:
+        return self._next_due
+
+    def set_next_due(self, when: float) -> None:
+        self._next_due = when
+
+    # ------------------------------------------------------------------- what others tell it
+    def _member_bound(self, pod: PodRecord) -> None:
+        """The mirror saw gang member ``pod`` bound by another binder: it takes a reserved place (once)."""
+        assert pod.gang is not None
+        record = self._records.get(pod.gang)
+        if record is None:
+            return
+        if record.reservation is not None:
+            self._reserve(record, record.reservation.using(pod.node_name, pod.requests))
+        self._bound.add(pod.gang)
+
+    def take_bound_gangs(self) -> set[GangKey]:
+        """Gangs another binder bound a member of since the last call."""
+        taken, self._bound = self._bound, set()
+        return taken
+
+    def approve(self, pods: Iterable[PodRecord]) -> None:
+        """These members pass the barrier at their next bind request (a release left open)."""
+        for pod in pods:
+            if len(self._approved) >= MAX_REMEMBERED:
+                break
+            self._approved.add(pod.uid)
+
+    def take_approval(self, uid: str) -> bool:
+        """Whether ``uid`` was approved (and no longer is)."""
+        if uid in self._approved:
+            self._approved.discard(uid)
+            return True
+        return False
+
+    def take_evictions(self) -> list[EvictionOrder]:
+        orders, self._evictions = self._evictions, []
+        return orders
+
+    # ------------------------------------------------------------------------------- apply
+    def apply(self, decision: Decision | Iterable[Effect]) -> Verdict | None:
+        """Perform the effects in order; returns the decision's verdict (None for bare effects)."""
+        effects = decision.effects if isinstance(decision, Decision) else decision
+        for effect in effects:
+            self._perform(effect)
+        return decision.verdict if isinstance(decision, Decision) else None
+
+    def _perform(self, effect: Effect) -> None:
+        match effect:
+            case Reserve(record, reservation):
+                self._reserve(record, reservation)
+            case HoldAt(record, hold):
+                record.holds[hold.pod.uid] = hold
+                self.mirror.assume(hold.pod.uid, hold.node)
+                self.mark_busy(record)
+            case Answer(record, hold, result, bound):
+                if not bound:
+                    self.mirror.forget(hold.pod.uid)
+                if record is not None and record.holds.get(hold.pod.uid) is hold:
+                    del record.holds[hold.pod.uid]
+                hold.answer(result)
+            case Assume(uid, node):
+                self.mirror.assume(uid, node)
+            case Forget(uid):
+                self.mirror.forget(uid)
+            case Tell(pods, kind, reason, message):
+                self.on_event(list(pods), kind, reason, message)
+            case Publish(gang, status):
+                self.on_status(gang, status)
+            case Wake(pods):
+                self.on_wake(list(pods))
+            case WakeBlocked():
+                blocked = self.waitlist.take_blocked()
+                if blocked:
+                    self.on_wake(blocked)
+            case Evict(order):
+                self._evictions.append(order)
+            case Count(name, amount):
+                self.counters[name] += amount
+
+    def _reserve(self, record: GangRecord, reservation: Reservation | None) -> None:
+        record.reservation = reservation
+        if reservation is None:
+            self.mirror.set_reservation(record.key, ())
+        else:
+            self.mirror.set_reservation(record.key, reservation.slots, reservation.holds_off)
+            self.mark_busy(record)
