@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.errors import ObjectError
+from extender.model import messages
 from extender.model.cluster import PodRecord, Requirement
 
 BudgetKey = tuple[str, str]  # (namespace, name)
@@ -174,8 +175,7 @@ class DisruptionBudgets:
                 selecting = [b for b in budgets.values() if labels_match(b.selector, labels)]
                 if len(selecting) > 1:
                     names = ", ".join(sorted(str(b) for b in selecting))
-                    return False, (f"pod {pod.namespace}/{pod.name} is selected by more than one "
-                                   f"PodDisruptionBudget ({names}): the Eviction API refuses to evict it")
+                    return False, messages.several_budgets(pod, names)
                 for budget in selecting:
                     key = (budget.namespace, budget.name)
                     counts[key] = counts.get(key, 0) + 1
@@ -183,9 +183,7 @@ class DisruptionBudgets:
         for key in sorted(counts):
             budget, count = found[key], counts[key]
             if budget.disruptions_allowed is None:
-                return False, (f"PodDisruptionBudget {budget} has no status for its current generation yet "
-                               f"(the disruption controller has not computed it): it allows no eviction")
+                return False, messages.budget_not_computed(budget)
             if count > budget.disruptions_allowed:
-                return False, (f"evicting {count} pod(s) selected by PodDisruptionBudget {budget} exceeds the "
-                               f"{budget.disruptions_allowed} disruption(s) it allows now")
+                return False, messages.budget_exceeded(count, budget, budget.disruptions_allowed)
         return True, ""

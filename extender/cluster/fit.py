@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from extender.model import messages
 from extender.model.cluster import NodeRecord, Placement, Requirement, Taint
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
@@ -48,17 +49,17 @@ def placement_failure(placement: Placement, node: NodeRecord) -> str | None:
     taints = node.taints + ((UNSCHEDULABLE_TAINT,) if node.unschedulable else ())
     for taint in taints:
         if taint.effect in _BLOCKING_EFFECTS and not any(t.tolerates(taint) for t in placement.tolerations):
-            return f"node has untolerated taint {taint.key}={taint.value}:{taint.effect}"
+            return messages.untolerated_taint(taint)
     if placement.unconstrained:
         return None
     labels = node.labels
     for key, value in placement.node_selector:
         if labels.get(key) != value:
-            return "node does not match the pod's nodeSelector"
+            return messages.NODE_SELECTOR_MISMATCH
     if placement.affinity_terms and not any(  # an empty term matches no node (core/v1 NodeSelectorTerm)
         term and all(_requirement_matches(req, node) for req in term) for term in placement.affinity_terms
     ):
-        return "node does not match the pod's required node affinity"
+        return messages.NODE_AFFINITY_MISMATCH
     return None
 
 

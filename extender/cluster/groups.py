@@ -32,6 +32,7 @@ from typing import Any
 
 from extender.cluster.topology_constraints import from_group_annotations, from_podgroup
 from extender.errors import GroupError
+from extender.model import messages
 from extender.model.gang import GangKey, GangOrder, GangPhase, GangPolicy, GangStatus, GroupKind, GroupRef, Parsed
 
 WORKLOAD_API = ("scheduling.k8s.io", "v1alpha1", "workloads")
@@ -102,9 +103,9 @@ def _timeout(annotations: Mapping[str, Any], fallback: object = None) -> float |
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise GroupError(f"{ANNOTATION_TIMEOUT} must be a number of seconds, got {raw!r}") from None
+        raise GroupError(messages.seconds_not_a_number(ANNOTATION_TIMEOUT, raw)) from None
     if not 0 < value < float("inf"):
-        raise GroupError(f"{ANNOTATION_TIMEOUT} must be a positive number of seconds, got {raw!r}")
+        raise GroupError(messages.seconds_not_positive(ANNOTATION_TIMEOUT, raw))
     return min(value, MAX_TIMEOUT_SECONDS)
 
 
@@ -118,11 +119,10 @@ def gang_order(annotations: Mapping[str, Any], spec: Mapping[str, Any] | None = 
     raw_priority = spec.get("priority")
     priority = raw_priority if isinstance(raw_priority, int) and not isinstance(raw_priority, bool) else None
     if raw_priority is not None and priority is None:
-        problems.append(f"spec.priority must be an integer, got {str(raw_priority)[:64]!r}")
+        problems.append(messages.priority_not_integer(raw_priority))
     priority_class = str(spec.get("priorityClassName") or "")[:253]
     if priority_class and priority is None:
-        problems.append(f"priorityClassName {priority_class!r} did not resolve to a priority (does the "
-                        "PriorityClass exist?): the members' pod priority applies")
+        problems.append(messages.priority_class_unresolved(priority_class))
     mode = spec.get("disruptionMode")
     single = mode in ("Pod", "Single") or (isinstance(mode, dict) and "single" in mode and "all" not in mode)
     order = GangOrder(priority, priority_class, max_wait, not single, spec.get("preemptionPolicy") == "Never",
@@ -138,22 +138,21 @@ def _max_wait(raw: object, problems: list[str]) -> float | None:
     except ValueError:
         value = float("nan")
     if not 0 <= value < float("inf"):
-        problems.append(f"{ANNOTATION_MAX_WAIT} must be a number of seconds >= 0, got {str(raw)[:64]!r}: "
-                        "the extender's --max-wait-seconds applies")
+        problems.append(messages.max_wait_invalid(ANNOTATION_MAX_WAIT, raw))
         return None
     return min(value, MAX_WAIT_CAP_SECONDS)
 
 
 def _positive_int(raw: object, field: str) -> int:
     if isinstance(raw, bool):
-        raise GroupError(f"{field} must be a positive integer, got {raw!r}")
+        raise GroupError(messages.not_positive_integer(field, raw))
     if isinstance(raw, str):
         try:
             raw = int(raw.strip())
         except ValueError:
-            raise GroupError(f"{field} must be a positive integer, got {raw!r}") from None
+            raise GroupError(messages.not_positive_integer(field, raw)) from None
     if not isinstance(raw, int) or raw <= 0:
-        raise GroupError(f"{field} must be a positive integer, got {raw!r}")
+        raise GroupError(messages.not_positive_integer(field, raw))
     return raw
 
 
@@ -186,7 +185,7 @@ def pod_link(pod: Mapping[str, Any]) -> PodLink | None:
         group = GroupRef(GroupKind.ANNOTATION, namespace, str(annotations[ANNOTATION_GROUP]))
         raw_min = annotations.get(ANNOTATION_MIN_COUNT)
         if raw_min is None:
-            raise GroupError(f"pod has {ANNOTATION_GROUP} but no {ANNOTATION_MIN_COUNT} annotation")
+            raise GroupError(messages.min_count_missing(ANNOTATION_GROUP, ANNOTATION_MIN_COUNT))
         policy = GangPolicy(_positive_int(raw_min, ANNOTATION_MIN_COUNT), _timeout(annotations),
                             order=gang_order(annotations))
         return PodLink(GangKey(group), policy)
@@ -198,7 +197,7 @@ def _identity(obj: Mapping[str, Any], kind: str) -> tuple[str, str, Mapping[str,
     metadata = _dict(obj.get("metadata"))
     namespace, name = str(metadata.get("namespace") or "default"), str(metadata.get("name") or "")
     if not name:
-        raise GroupError(f"{kind} has no metadata.name")
+        raise GroupError(messages.no_name(kind))
     return namespace, name, _dict(metadata.get("annotations"))
 
 
@@ -209,18 +208,19 @@ def workload_groups(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]
     topology = from_group_annotations(obj, "Workload")
     order = gang_order(annotations)
     groups: dict[GroupRef, GangPolicy | None] = {}
+    where = messages.object_named("Workload", namespace, name)
     pod_groups = _dict(obj.get("spec")).get("podGroups") or []
     if not isinstance(pod_groups, list):
-        raise GroupError(f"Workload {namespace}/{name}: spec.podGroups must be a list")
+        raise GroupError(messages.not_a_list(messages.field_of(where, "spec.podGroups")))
     for index, raw_group in enumerate(pod_groups):
         pod_group = _dict(raw_group)
         group_name = pod_group.get("name")
         if not isinstance(group_name, str) or not group_name:
-            raise GroupError(f"Workload {namespace}/{name}: spec.podGroups[{index}].name is missing")
+            raise GroupError(messages.field_missing(messages.field_of(where, f"spec.podGroups[{index}].name")))
         gang = _dict(_dict(pod_group.get("policy")).get("gang"))
         ref = GroupRef(GroupKind.WORKLOAD, namespace, name, group_name)
         if "minCount" in gang:
-            field = f"Workload {namespace}/{name}: spec.podGroups[{index}].policy.gang.minCount"
+            field = messages.field_of(where, f"spec.podGroups[{index}].policy.gang.minCount")
             groups[ref] = GangPolicy(_positive_int(gang["minCount"], field), timeout, topology, order)
         else:
             groups[ref] = None
@@ -231,7 +231,8 @@ def coscheduling_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | No
     """The single gang of a scheduler-plugins PodGroup."""
     namespace, name, annotations = _identity(obj, "PodGroup")
     spec = _dict(obj.get("spec"))
-    min_member = _positive_int(spec.get("minMember", 1), f"PodGroup {namespace}/{name}: spec.minMember")
+    min_member = _positive_int(spec.get("minMember", 1),
+                               messages.field_of(messages.object_named("PodGroup", namespace, name), "spec.minMember"))
     seconds = spec.get("scheduleTimeoutSeconds")
     timeout = _timeout(annotations)
     if timeout is None and seconds:  # 0 or absent: the extender's default applies
@@ -241,27 +242,28 @@ def coscheduling_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | No
                                                                            gang_order(annotations))}
 
 
-def _gang_policy(policy: Mapping[str, Any], field: str, timeout: float | None,
+def _gang_policy(policy: Mapping[str, Any], min_count_field: str, timeout: float | None,
                  topology: Parsed, order: GangOrder | None) -> GangPolicy | None:
     """A ``schedulingPolicy``/``policy`` union: ``gang{minCount}`` is a gang, ``basic{}`` (or nothing) is not."""
     gang = policy.get("gang")
     if not isinstance(gang, dict):
         return None
-    return GangPolicy(_positive_int(gang.get("minCount"), f"{field}.gang.minCount"), timeout, topology, order)
+    return GangPolicy(_positive_int(gang.get("minCount"), min_count_field), timeout, topology, order)
 
 
 def podgroup_group(obj: Mapping[str, Any]) -> dict[GroupRef, GangPolicy | None]:
     """The gang of a 1.36+ ``scheduling.k8s.io`` PodGroup (v1alpha2, v1alpha3, v1beta1: same field)."""
     namespace, name, annotations = _identity(obj, "PodGroup")
     policy = _dict(obj.get("spec")).get("schedulingPolicy")
-    field = f"PodGroup {namespace}/{name}: spec.schedulingPolicy"
+    where = messages.object_named("PodGroup", namespace, name)
     if policy is not None and not isinstance(policy, dict):
-        raise GroupError(f"{field} must be an object")
+        raise GroupError(messages.not_an_object(messages.field_of(where, "spec.schedulingPolicy")))
     timeout = _timeout(annotations)
     topology = from_podgroup(obj)
     order = gang_order(annotations, _dict(obj.get("spec")))
-    return {GroupRef(GroupKind.PODGROUP, namespace, name): _gang_policy(_dict(policy), field, timeout, topology,
-                                                                        order)}
+    min_count_field = messages.field_of(where, "spec.schedulingPolicy.gang.minCount")
+    return {GroupRef(GroupKind.PODGROUP, namespace, name): _gang_policy(_dict(policy), min_count_field, timeout,
+                                                                        topology, order)}
 
 
 GROUP_PARSERS = {

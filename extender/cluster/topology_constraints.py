@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from extender.labelkeys import HOSTNAME, label_key_problem
+from extender.model import messages
 from extender.model.gang import NONE, Parsed, Source, TopologyConstraint, TopologyProblem
 
 __all__ = ["HOSTNAME", "NONE", "Parsed", "Source", "TopologyConstraint", "TopologyProblem",
@@ -49,15 +50,16 @@ def _dict(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _name(obj: Mapping[str, Any]) -> str:
+def _where(kind: str, obj: Mapping[str, Any]) -> str:
+    """How messages name ``obj``: ``PodGroup ml/train`` (``?`` for a missing name)."""
     metadata = _dict(obj.get("metadata"))
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or '?'}"
+    return messages.object_named(kind, str(metadata.get("namespace") or "default"), str(metadata.get("name") or "?"))
 
 
 def _key(where: str, raw: object) -> str | TopologyProblem:
     problem = label_key_problem(raw)
     if problem is not None:
-        return TopologyProblem(f"{where}: {problem}")
+        return TopologyProblem(messages.field_problem(where, problem))
     assert isinstance(raw, str)
     return raw
 
@@ -72,9 +74,8 @@ def _combine(first: Parsed, second: Parsed, what: str) -> Parsed:
     for mode in ("required", "preferred"):
         mine, theirs = getattr(first, mode), getattr(second, mode)
         if mine and theirs and mine != theirs:
-            return TopologyProblem(
-                f"{what}: two different {mode} topology keys: {mine!r} ({getattr(first, mode + '_source')}) and "
-                f"{theirs!r} ({getattr(second, mode + '_source')})")
+            return TopologyProblem(messages.topology_keys_differ(
+                what, mode, mine, getattr(first, mode + "_source"), theirs, getattr(second, mode + "_source")))
         if theirs and not mine:
             result = replace(result, **{mode: theirs, f"{mode}_source": getattr(second, mode + "_source")})
     return result
@@ -85,7 +86,7 @@ def _annotations(annotations: Mapping[str, Any], required: str, preferred: str, 
     found: dict[str, Any] = {}
     for mode, name in (("required", required), ("preferred", preferred)):
         if name in annotations:
-            key = _key(f"{where}: annotation {name}", annotations[name])
+            key = _key(messages.topology_annotation(where, name), annotations[name])
             if isinstance(key, TopologyProblem):
                 return key
             found[mode], found[f"{mode}_source"] = key, source
@@ -94,7 +95,7 @@ def _annotations(annotations: Mapping[str, Any], required: str, preferred: str, 
 
 def from_group_annotations(obj: Mapping[str, Any], kind: str = "group object") -> Parsed:
     """The gang-extender annotations on any group object (Workload, PodGroup, PodGroup CR)."""
-    where = f"{kind} {_name(obj)}"
+    where = _where(kind, obj)
     annotations = _dict(_dict(obj.get("metadata")).get("annotations"))
     return _annotations(annotations, ANNOTATION_REQUIRED, ANNOTATION_PREFERRED, Source.GROUP_ANNOTATION, where)
 
@@ -102,22 +103,22 @@ def from_group_annotations(obj: Mapping[str, Any], kind: str = "group object") -
 def from_podgroup(obj: Mapping[str, Any]) -> Parsed:
     """A 1.36/1.37 ``scheduling.k8s.io`` PodGroup: ``spec.schedulingConstraints.topology`` and the
     gang-extender annotations on it (the same key twice is fine; two different keys are a problem)."""
-    where = f"PodGroup {_name(obj)}"
+    where = _where("PodGroup", obj)
     raw = _dict(obj.get("spec")).get("schedulingConstraints")
     field: Parsed = NONE
     if raw is not None:
         if not isinstance(raw, dict):
-            return TopologyProblem(f"{where}: spec.schedulingConstraints must be an object, got {raw!r}")
+            return TopologyProblem(messages.constraints_not_object(where, raw))
         entries = raw.get("topology")
         if entries is not None and not isinstance(entries, list):
-            return TopologyProblem(f"{where}: {FIELD} must be a list, got {entries!r}")
+            return TopologyProblem(messages.topology_not_list(where, FIELD, entries))
         if entries and len(entries) > 1:
-            return TopologyProblem(f"{where}: {FIELD} has {len(entries)} entries; at most one is allowed")
+            return TopologyProblem(messages.topology_too_many(where, FIELD, len(entries)))
         if entries:
             entry = entries[0]
             if not isinstance(entry, dict):
-                return TopologyProblem(f"{where}: {FIELD}[0] must be an object with a key, got {entry!r}")
-            key = _key(f"{where}: {FIELD}[0].key", entry.get("key"))
+                return TopologyProblem(messages.topology_entry_not_object(where, FIELD, entry))
+            key = _key(messages.field_of(where, f"{FIELD}[0].key"), entry.get("key"))
             if isinstance(key, TopologyProblem):
                 return key
             field = TopologyConstraint(required=key, required_source=Source.PODGROUP_FIELD)
@@ -126,7 +127,7 @@ def from_podgroup(obj: Mapping[str, Any]) -> Parsed:
 
 def from_pod(pod: Mapping[str, Any]) -> Parsed:
     """A member's own constraint: Kueue's pod-template annotations and gang-extender's annotations."""
-    where = f"pod {_name(pod)}"
+    where = _where("pod", pod)
     annotations = _dict(_dict(pod.get("metadata")).get("annotations"))
     kueue = _annotations(annotations, KUEUE_REQUIRED, KUEUE_PREFERRED, Source.KUEUE_ANNOTATION, where)
     own = _annotations(annotations, ANNOTATION_REQUIRED, ANNOTATION_PREFERRED, Source.POD_ANNOTATION, where)
@@ -151,11 +152,10 @@ def merge(group: Parsed, members: Iterable[tuple[str, Parsed]]) -> Parsed:
         for mode in ("required", "preferred"):
             mine, theirs = getattr(members_constraint, mode), getattr(parsed, mode)
             if mine and theirs and mine != theirs:
-                return TopologyProblem(f"members disagree on the {mode} topology key: pod {first[mode]} has "
-                                       f"{mine!r}, pod {name} has {theirs!r}")
+                return TopologyProblem(messages.members_disagree(mode, first[mode], mine, name, theirs))
             if theirs and not mine:
                 first[mode] = name
                 updates[mode], updates[f"{mode}_source"] = theirs, getattr(parsed, f"{mode}_source")
         if updates:
             members_constraint = replace(members_constraint, **updates)
-    return _combine(group, members_constraint, "the group object and its pods")
+    return _combine(group, members_constraint, messages.TOPOLOGY_GROUP_AND_PODS)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from extender.engine.ports import Evictor
 from extender.gangs.effects import EvictionOrder
 from extender.gangs.ledger import GangLedger
+from extender.model import messages
 from extender.model.cluster import PodRecord
 
 log = logging.getLogger(__name__)
@@ -41,13 +42,13 @@ class Evictions:
         failed: list[tuple[PodRecord, str]] = []
         for unit in order.units:
             if not self.may_act():
-                failed += [(pod, "this replica no longer leads") for pod in unit.pods]
+                failed += [(pod, messages.EVICTOR_NOT_LEADING) for pod in unit.pods]
                 break
             if not self.ledger.eviction_wanted(order.gang):
                 log.info("preemption for gang %s: no longer wanted, %s and later units spared", order.gang, unit.key)
                 break
-            outcomes = self.evictor.evict(unit.pods, f"gang {order.gang}", order.reason)
-            failed += [(o.pod, f"{o.outcome}: {o.message}" if o.message else o.outcome)
+            outcomes = self.evictor.evict(unit.pods, messages.unit_gang(order.gang), order.reason)
+            failed += [(o.pod, messages.eviction_outcome(o.outcome, o.message))
                        for o in outcomes if o.outcome not in DONE]
             if failed:
                 break

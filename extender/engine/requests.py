@@ -1,9 +1,9 @@
 """The values the verbs take and return (pure).
 
 Owns: a filter or prioritize request as the engine sees it (the pod as raw camelCase JSON, the
-candidate node names), the filter verdicts it answers, a bind request, and the rule for a node name,
-checked lazily: the hot path proves every name valid by finding it among known nodes, every other
-path calls ``check_node_names`` first. Must not: know the wire format (``http/protocol`` parses
+candidate node names, checked lazily: the hot path proves every name valid by finding it among known
+nodes, every other path calls ``cluster.verdicts.check_node_names`` first), the filter verdicts it
+answers, a bind request. Must not: know the wire format (``http/protocol`` parses
 request bodies into these values and renders replies from them).
 """
 
@@ -16,8 +16,6 @@ from extender.cluster.facts import PodFacts
 from extender.errors import ObjectError, ProtocolError
 from extender.model.cluster import PodRecord
 
-MAX_NODE_NAME = 253  # a Node's name is a DNS subdomain (RFC 1123): at most 253 characters
-
 
 @dataclass(frozen=True, slots=True)
 class FilterArgs:
@@ -25,7 +23,8 @@ class FilterArgs:
 
     ``node_names`` is a list, but its elements from a ``NodeNames`` request are checked lazily: the
     hot path proves them valid by finding all of them in a set of known node names, and everything
-    else calls ``check_node_names`` first, so an invalid name is a ProtocolError either way.
+    else calls ``cluster.verdicts.check_node_names`` first, so an invalid name is a ProtocolError either
+    way.
     """
 
     pod: dict[str, Any]
@@ -51,24 +50,6 @@ class FilterResult:
     failed: dict[str, str]
     failed_unresolvable: dict[str, str]
     error: str = ""
-
-
-def check_node_names(names: list[Any]) -> list[str]:
-    """Raise ProtocolError unless every element is a string of 1..253 characters (duplicates are
-    allowed: each gets its own verdict)."""
-    try:  # two C-level passes (~80 us for 5,000 names); the loop below only finds the culprit
-        "".join(names)  # TypeError unless every element is a str
-        lengths = set(map(len, names))
-    except TypeError:
-        lengths = {0}
-    if 0 in lengths or max(lengths, default=0) > MAX_NODE_NAME:
-        for index, name in enumerate(names):
-            if not isinstance(name, str) or not name:
-                raise ProtocolError(f"NodeNames[{index}] must be a non-empty string")
-            if len(name) > MAX_NODE_NAME:
-                raise ProtocolError(f"NodeNames[{index}] is {len(name)} characters long; a node name has at most "
-                                    f"{MAX_NODE_NAME}")
-    return names
 
 
 @dataclass(frozen=True, slots=True)

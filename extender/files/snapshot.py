@@ -17,6 +17,7 @@ import yaml
 from extender.cluster.groups import OBJECT_KINDS
 from extender.cluster.mirror import ClusterMirror
 from extender.errors import BindError, SnapshotError
+from extender.model import messages
 
 
 def read_objects(path: str | Path) -> list[dict[str, Any]]:
@@ -77,9 +78,9 @@ class SnapshotBinder:
     def bind(self, namespace: str, name: str, uid: str, node: str, timeout: float = 10.0) -> None:
         pod = self.mirror.pod(namespace, name)
         if pod is None or (uid and pod.uid != uid):
-            raise BindError(f"pod {namespace}/{name} is not in the snapshot")
+            raise BindError(messages.pod_not_in_snapshot(namespace, name))
         if node not in self.mirror.nodes:
-            raise BindError(f"node {node} is not in the snapshot")
+            raise BindError(messages.node_not_in_snapshot(node))
         self.mirror.bind_locally(pod.uid, node)
 
     def read_pod(self, namespace: str, name: str, timeout: float = 10.0) -> Mapping[str, Any] | None:

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from extender.cluster.topology_constraints import HOSTNAME, TopologyConstraint
 from extender.gangs import planner
 from extender.gangs.planner import Plan
+from extender.model import messages
 from extender.model.cluster import NodeRecord, PodRecord
-from extender.model.quantity import CPU, Resources, describe
+from extender.model.quantity import CPU, Resources
 
 Rung = tuple[str, ...]
 """The label keys of one level: a domain is the nodes with the same value of each; () is every node."""
@@ -56,7 +57,7 @@ class Domain:
         return self.keys[-1] if self.keys else ""
 
     def __str__(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in zip(self.keys, self.values, strict=True)) or "across domains"
+        return ", ".join(f"{k}={v}" for k, v in zip(self.keys, self.values, strict=True)) or messages.ACROSS_DOMAINS
 
 
 ACROSS = Domain((), ())
@@ -158,10 +159,10 @@ def _pinned(bound_nodes: Sequence[NodeRecord], rung: Rung) -> tuple[tuple[str, .
     for node in bound_nodes:
         missing = [key for key in rung if key not in node.labels]
         if missing:
-            return None, f"a bound member's node {node.name} has no label {missing[0]}"
+            return None, messages.bound_node_unlabelled(node.name, missing[0])
         values = tuple(node.labels[key] for key in rung)
         if pinned is not None and values != pinned:
-            return None, f"bound members are in two domains: {Domain(rung, pinned)} and {Domain(rung, values)}"
+            return None, messages.bound_in_two_domains(Domain(rung, pinned), Domain(rung, values))
         pinned = values
     return pinned, ""
 
@@ -206,7 +207,7 @@ class _Search:
         allowed = [pinned] if pinned is not None else list(domains)
         level = _Rung(rung, domains, free, [v for v in allowed if v in domains])
         if pinned is not None and pinned not in domains:  # the bound members' nodes were not passed in
-            level.problem = f"the bound members' domain {Domain(rung, pinned)} has none of the nodes"
+            level.problem = messages.bound_domain_has_no_nodes(Domain(rung, pinned))
             return level
         for values in sorted((v for v in level.allowed if free[v] >= self.demand), key=lambda v: (free[v], v)):
             if self.plan_in(level, values).complete:
@@ -216,13 +217,13 @@ class _Search:
 
     def lacks(self, level: _Rung, values: tuple[str, ...]) -> str:
         if values not in level.allowed:
-            return "does not hold the gang's bound members"
+            return messages.DOMAIN_LACKS_BOUND_MEMBERS
         if level.free[values] < self.demand:
-            return f"has {describe({CPU: level.free[values]})} free of the {describe({CPU: self.demand})} needed"
+            return messages.domain_lacks_free_cpu(level.free[values], self.demand)
         result = self.plan_in(level, values)
         if result.complete:
             return ""
-        return f"{len(result.slots)} of {len(self.members)} members fit: {result.blocking}"
+        return messages.domain_fits_some(len(result.slots), len(self.members), result.blocking)
 
     def report(self, level: _Rung, values: tuple[str, ...]) -> DomainReport:
         return DomainReport(Domain(level.rung, values), len(level.domains[values]), level.free[values],
@@ -293,14 +294,14 @@ def _no_domain(search: _Search, level: _Rung, report: int) -> TopologyPlan:
     key = level.rung[-1]
     needed = len(search.members)
     if level.problem or not level.allowed:
-        why = level.problem or f"no node has the label {', '.join(level.rung)}"
-        blocking = f"no {key} domain can hold the gang: {why}"
+        why = level.problem or messages.no_node_labelled(level.rung)
+        blocking = messages.no_domain_can_hold(key, why)
         return TopologyPlan(Plan((), tuple(search.members), blocking), None, False, search.others(level, report))
     closest = min(level.allowed, key=lambda v: (-level.free[v], v))
     inner = search.plan_in(level, closest)
     closest_report = search.report(level, closest)
-    blocking = (f"no {key} domain holds all {needed} of them; the roomiest, {closest_report.domain} "
-                f"({closest_report.nodes} nodes), {closest_report.lacks}")
+    blocking = messages.no_domain_holds_all(key, needed, closest_report.domain, closest_report.nodes,
+                                            closest_report.lacks)
     return TopologyPlan(Plan(inner.slots, inner.unplaced, blocking), None, False, search.others(level, report),
                         closest_report)
 
@@ -321,14 +322,13 @@ def never_fits(members: Sequence[PodRecord], nodes: Iterable[NodeRecord], constr
     if closest is None:
         return result.plan.blocking
     demand = sum(pod.requests.get(CPU, 0) for pod in members)
-    lacks = closest.lacks if closest.free_cpu >= demand else (
-        f"has {describe({CPU: closest.free_cpu})} allocatable of the {describe({CPU: demand})} needed")
-    return (f"no {key} domain can hold all {len(members)} members even when empty; the largest, {closest.domain} "
-            f"({closest.nodes} nodes), {lacks}")
+    lacks = closest.lacks if closest.free_cpu >= demand else messages.domain_lacks_allocatable_cpu(
+        closest.free_cpu, demand)
+    return messages.no_domain_even_empty(key, len(members), closest.domain, closest.nodes, lacks)
 
 
 def where(constraint: TopologyConstraint, placement: TopologyPlan) -> str:
     """Where a constrained gang was placed, for messages ("" without a constraint or a domain)."""
     if constraint.empty or placement.domain is None:
         return ""
-    return f" in {placement.domain} ({constraint.describe()})"
+    return messages.placed_in_domain(placement.domain, constraint.describe())

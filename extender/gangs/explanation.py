@@ -15,6 +15,7 @@ from extender.cluster.fit import placement_failure
 from extender.gangs import planner
 from extender.gangs.domains import Domain, DomainReport
 from extender.gangs.planner import Plan, _shapes, pick_for_reservation
+from extender.model import messages
 from extender.model.cluster import NodeRecord, PodRecord
 from extender.model.gang import GangKey, GangPolicy, Parsed, TopologyProblem
 from extender.model.quantity import CPU, PODS, Resources, add_into, describe
@@ -52,7 +53,7 @@ def largest_shortfall(result: Plan, nodes: Sequence[NodeRecord],
     shapes = _shapes(result.unplaced)
     eligible = [n for n in nodes if any(placement_failure(s.placement, n) is None for s in shapes)]
     if not eligible:
-        return Shortfall("", 0, "node", "no node matches the members' nodeSelector, affinity and tolerations")
+        return Shortfall("", 0, "node", messages.NO_NODE_MATCHES_MEMBERS)
     need: Resources = {}
     for pod in result.unplaced:
         add_into(need, pod.requests)
@@ -64,19 +65,17 @@ def largest_shortfall(result: Plan, nodes: Sequence[NodeRecord],
     if short:
         resource = max(sorted(short), key=lambda r: short[r] / need[r])
         return Shortfall(resource, short[resource], "cluster",
-                         f"{len(result.unplaced)} member(s) need {describe({resource: need[resource]})}, "
-                         f"{describe({resource: free_total.get(resource, 0)})} is free")
+                         messages.members_need(len(result.unplaced), resource, need[resource],
+                                               free_total.get(resource, 0)))
     shape = shapes[0]
     fits = [n for n in eligible if placement_failure(shape.placement, n) is None]
     per_node = {r: amount - max(left[n.name].get(r, 0) for n in fits)
                 for r, amount in shape.requests.items() if r != PODS}
     per_node = {r: v for r, v in per_node.items() if v > 0}
     if not per_node:
-        return Shortfall("", 0, "node", result.blocking or "no node has room for a member at once")
+        return Shortfall("", 0, "node", result.blocking or messages.NO_ROOM_AT_ONCE)
     resource = max(sorted(per_node), key=lambda r: per_node[r] / shape.requests[r])
-    return Shortfall(resource, per_node[resource], "node",
-                     f"enough in total, but no node has {describe({resource: shape.requests[resource]})} free "
-                     f"for one member")
+    return Shortfall(resource, per_node[resource], "node", messages.fragmented(resource, shape.requests[resource]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +236,7 @@ def _since(view: Mapping[str, Any] | None, key: str, now: float) -> dict[str, An
     return out
 
 
-OTHER_NAMESPACE = "(another namespace)"
+OTHER_NAMESPACE = messages.OTHER_NAMESPACE
 """What a published form says in place of a gang or pod of another namespace (its readers may see only theirs)."""
 
 
@@ -323,6 +322,5 @@ def summary(answer: Mapping[str, Any]) -> str:
     members = answer.get("members") or {}
     shortfall = answer.get("shortfall") or {}
     why = answer.get("waiting") or shortfall.get("reason") or ""
-    line = (f"gang {answer.get('gang')}: {answer.get('state')}; {members.get('existing', 0)} member(s) exist, "
-            f"{members.get('bound', 0)} bound, {members.get('held', 0)} held; minCount {answer.get('minCount')}")
-    return f"{line}; {why}" if why else line
+    return messages.state_summary(answer.get("gang"), answer.get("state"), members.get("existing", 0),
+                                  members.get("bound", 0), members.get("held", 0), answer.get("minCount"), why)

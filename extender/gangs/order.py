@@ -13,6 +13,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from extender.model import messages
 from extender.model.cluster import PodRecord
 from extender.model.gang import GangOrder
 
@@ -31,12 +32,10 @@ def gang_priority(order: GangOrder | None, members: Iterable[PodRecord]) -> tupl
     stated = order.priority if order is not None else None
     if stated is not None:
         if seen - {stated}:
-            return min(seen | {stated}), (f"its members' pod priority ({_listed(seen)}) differs from the group's "
-                                          f"priority {stated}: ordered by the lowest, and it never preempts")
+            return min(seen | {stated}), messages.priority_differs_from_group(_listed(seen), stated)
         return stated, ""
     if len(seen) > 1:
-        return min(seen), (f"its members have different priorities ({_listed(seen)}): ordered by the lowest, "
-                           "and it never preempts")
+        return min(seen), messages.member_priorities_differ(_listed(seen))
     return (next(iter(seen)) if seen else 0), ""
 
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from extender.cluster.fit import placement_failure
 from extender.cluster.records import pod_placement
 from extender.cluster.reservations import Slot, per_node
+from extender.model import messages
 from extender.model.cluster import NodeRecord, Placement, PodRecord
-from extender.model.quantity import CPU, PODS, Resources, add_into, describe
+from extender.model.quantity import CPU, PODS, Resources, add_into
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +196,7 @@ class _FreeView:
 def _blocking_reason(shape: _Shape, nodes: Sequence[NodeRecord], free: _FreeView) -> str:
     eligible = [n for n in nodes if placement_failure(shape.placement, n) is None]
     if not eligible:
-        return "no node matches its nodeSelector, affinity and tolerations"
+        return messages.NO_NODE_MATCHES
     short: Resources = {}
     for name, amount in shape.requests.items():
         if name == PODS:
@@ -204,9 +205,8 @@ def _blocking_reason(shape: _Shape, nodes: Sequence[NodeRecord], free: _FreeView
             continue  # stops at the first node with enough, usually without building every node's view
         short[name] = amount - max(free.amount(n, name) for n in eligible)
     if short:
-        return f"no node has {describe({k: shape.requests[k] for k in short})} free " \
-               f"(largest free falls short by {describe(short)})"
-    return f"no node has {describe(shape.requests)} free at once"
+        return messages.no_node_has_free({k: shape.requests[k] for k in short}, short)
+    return messages.no_node_has_at_once(shape.requests)
 
 
 def pick_for_reservation(pending: Sequence[PodRecord], count: int) -> list[PodRecord]:

@@ -29,11 +29,13 @@ from extender.cluster.records import pod_placement
 from extender.gangs import domains
 from extender.gangs.domains import TopologyPlan
 from extender.gangs.planner import copies
+from extender.model import messages
 from extender.model.cluster import NodeRecord, Placement, PodRecord
 from extender.model.gang import TopologyConstraint
 from extender.model.quantity import CPU, Resources, add_into
 
-NO_VICTIMS = "no lower-priority victims"
+NO_VICTIMS = messages.NO_VICTIMS
+"""How every answer without victims begins (the text is ``messages``')."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +182,8 @@ def choose_victims(chosen: Sequence[PodRecord], pending: Sequence[PodRecord], no
     everything = trial.place(frees(candidates))
     if not everything.plan.complete:
         pods = sum(len(unit.pods) for unit in candidates)
-        return (f"even evicting every eligible unit ({len(candidates)} units, {pods} pods) leaves "
-                f"{len(everything.plan.slots)}/{len(chosen)} members placed: {everything.plan.blocking}")
+        return messages.victims_not_enough(len(candidates), pods, len(everything.plan.slots), len(chosen),
+                                           everything.plan.blocking)
     bound = _Bound(trial)
     victims = _shortest_prefix(trial, bound, candidates)
     victims = _on_plan_nodes(trial, victims)
@@ -208,13 +210,13 @@ def _candidates(chosen: Sequence[PodRecord], nodes: Sequence[NodeRecord], units:
         return helpful, ""
     parts = []
     if len(lower) < len(units):
-        parts.append(f"{len(units) - len(lower)} running unit(s) have priority {priority} or higher")
+        parts.append(messages.units_not_lower(len(units) - len(lower), priority))
     blocked = [u for u in lower if not u.evictable]
     if blocked:
-        parts.append(f"{len(blocked)} may not be evicted ({blocked[0].key}: {blocked[0].why_not or 'not evictable'})")
+        parts.append(messages.units_not_evictable(len(blocked), blocked[0].key, blocked[0].why_not))
     if eligible:
-        parts.append(f"{len(eligible)} run only on nodes none of the members can use")
-    return [], f"{NO_VICTIMS}: {'; '.join(parts)}" if parts else f"{NO_VICTIMS}: no running units"
+        parts.append(messages.units_on_unusable_nodes(len(eligible)))
+    return [], messages.no_victims(parts)
 
 
 def _shortest_prefix(trial: _Trial, bound: _Bound, candidates: list[VictimUnit]) -> list[VictimUnit]:

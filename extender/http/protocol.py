@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from extender.cluster.verdicts import MAX_NODE_NAME
 from extender.engine.requests import (
-    MAX_NODE_NAME,
     BindArgs,
     FilterArgs,
     FilterResult,

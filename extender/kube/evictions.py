@@ -20,6 +20,7 @@ from typing import Protocol
 from extender.engine.ports import EVICTION_OUTCOMES, EvictionOutcome
 from extender.errors import BudgetError, EvictionError, GoneError
 from extender.kube.events import EventRecorder
+from extender.model import messages
 from extender.model.cluster import PodRecord
 
 log = logging.getLogger(__name__)
@@ -94,17 +95,15 @@ class KubeEvictor:
         if not victims:
             return []
         if not self._may_act():
-            outcomes = [EvictionOutcome(pod, "failed", "this replica does not lead: it evicts nothing")
-                        for pod in victims]
+            outcomes = [EvictionOutcome(pod, "failed", messages.NOT_LEADING_EVICTS_NOTHING) for pod in victims]
         elif not self.bound.take(len(victims)):
-            message = (f"the eviction rate bound ({self.bound.capacity:.0f} a minute) has no room for "
-                       f"{len(victims)} eviction(s) now")
+            message = messages.rate_bound_no_room(self.bound.capacity, len(victims))
             outcomes = [EvictionOutcome(pod, "rate-limited", message) for pod in victims]
         else:
             outcomes = [self._evict_one(pod) for pod in victims]
             evicted = [o.pod for o in outcomes if o.outcome == "evicted"]
             if evicted:
-                self._events.record(evicted, "Warning", PREEMPTED, f"preempted by {preemptor}: {reason}")
+                self._events.record(evicted, "Warning", PREEMPTED, messages.preempted_by(preemptor, reason))
         with self._lock:
             for outcome in outcomes:
                 self.counts[outcome.outcome] += 1

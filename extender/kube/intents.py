@@ -32,6 +32,7 @@ import orjson
 from extender.errors import IntentNotRecordedError, IntentsFullError, LeaseWriteError
 from extender.files.journal import JournalPod, Release, read_gang
 from extender.kube.leader import LeaderElector
+from extender.model import messages
 from extender.model.gang import GangKey
 
 log = logging.getLogger(__name__)
@@ -101,10 +102,10 @@ class ReleaseIntents:
         ``IntentNotRecordedError`` (``IntentsFullError`` when too large) if it is not known to be written."""
         members = tuple(JournalPod(*(str(field) for field in pod)) for pod in pods)
         if not self.elector.is_leader():  # before the lock: a standby's elector holds it while it reads the Lease
-            raise IntentNotRecordedError(f"release of gang {gang} not recorded: this replica is not the leader")
+            raise IntentNotRecordedError(messages.intent_not_leader(gang))
         with self.elector.lock:
             if not self.elector.is_leader():
-                raise IntentNotRecordedError(f"release of gang {gang} not recorded: this replica is not the leader")
+                raise IntentNotRecordedError(messages.intent_not_leader(gang))
             release = Release(self._next_id, gang, members)
             candidate = {**self._open, release.id: release}
             payload = encode(list(candidate.values()), release.id + 1)
@@ -112,7 +113,7 @@ class ReleaseIntents:
             try:
                 self.elector.write({self.key: payload}, self.write_timeout)
             except LeaseWriteError as exc:
-                raise IntentNotRecordedError(f"release of gang {gang} not recorded: {exc}") from exc
+                raise IntentNotRecordedError(messages.intent_not_written(gang, exc)) from exc
             self._open, self._next_id = candidate, release.id + 1
             return release.id
 
@@ -137,14 +138,12 @@ class ReleaseIntents:
     def _check_size(self, gang: GangKey, payload: str) -> None:
         size = len(payload.encode())
         if size > self.max_bytes:
-            raise IntentsFullError(f"release of gang {gang} not recorded: the open releases would take {size} "
-                              f"bytes, more than release-intents-max-bytes ({self.max_bytes})")
+            raise IntentsFullError(messages.intents_too_large(gang, size, self.max_bytes))
         others = sum(len(k.encode()) + len(v.encode())
                      for k, v in self.elector.annotations().items() if k != self.key)
         total = others + len(self.key) + size
         if total > ANNOTATIONS_LIMIT:
-            raise IntentsFullError(f"release of gang {gang} not recorded: the Lease's annotations would take {total} "
-                              f"bytes, more than the API server's limit ({ANNOTATIONS_LIMIT})")
+            raise IntentsFullError(messages.lease_annotations_too_large(gang, total, ANNOTATIONS_LIMIT))
 
     def _adopt(self, value: str | None) -> None:
         """Leadership gained (elector lock held): the open releases are the ones the Lease carries."""

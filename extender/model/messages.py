@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from extender.model.cluster import PodRecord
+from extender.model.cluster import PodRecord, Taint
 from extender.model.gang import GangKey, GroupKind
-from extender.model.quantity import describe
+from extender.model.quantity import CPU, describe
 
 _OBJECT_NAMES = {GroupKind.WORKLOAD: "Workload", GroupKind.PODGROUP: "PodGroup",
                  GroupKind.COSCHEDULING: "PodGroup"}
@@ -33,6 +33,125 @@ def _shown(names: Sequence[str], most: int = 5) -> str:
 def gang_said(gang: GangKey, text: str) -> str:
     """An Event's message about ``gang``: ``gang ns/name: <text>``."""
     return f"gang {gang}: {text}"
+
+
+# ----------------------------------------------------------- refusals: no verb is served now
+NOT_SYNCED = ("gang-extender is starting: its first list of nodes, pods and group objects is not complete; "
+              "kube-scheduler will retry")
+NOT_LEADER = ("this gang-extender replica is not the leader (it is competing for the Lease, or another replica "
+              "holds it): kube-scheduler will retry")
+
+
+def api_silent(seconds: float) -> str:
+    """The API server has not answered the probe for ``seconds``."""
+    return (f"the API server has not answered gang-extender for {seconds:.0f}s: its view of the cluster may be "
+            "stale; kube-scheduler will retry")
+
+
+def watch_failing(watch: str, seconds: float, error: str) -> str:
+    """A core watch (nodes, pods) has been failing for ``seconds``; ``error``: its last error ("" if none)."""
+    return (f"gang-extender's {watch} watch has been failing for {seconds:.0f}s ({error or 'no detail'}): its "
+            "view of the cluster may be stale; kube-scheduler will retry")
+
+
+# ----------------------------------------------------------- group objects: malformed fields
+def object_named(kind: str, namespace: str, name: str) -> str:
+    """How a message names an object: ``Workload ml/train``, ``pod ml/worker-0``."""
+    return f"{kind} {namespace}/{name}"
+
+
+def field_of(where: str, field: str) -> str:
+    """A field of the object ``where`` names: ``PodGroup ml/train: spec.minMember``."""
+    return f"{where}: {field}"
+
+
+def no_name(kind: str) -> str:
+    return f"{kind} has no metadata.name"
+
+
+def not_a_list(field: str) -> str:
+    return f"{field} must be a list"
+
+
+def not_an_object(field: str) -> str:
+    return f"{field} must be an object"
+
+
+def field_missing(field: str) -> str:
+    return f"{field} is missing"
+
+
+def not_positive_integer(field: str, raw: object) -> str:
+    return f"{field} must be a positive integer, got {raw!r}"
+
+
+def seconds_not_a_number(annotation: str, raw: object) -> str:
+    return f"{annotation} must be a number of seconds, got {raw!r}"
+
+
+def seconds_not_positive(annotation: str, raw: object) -> str:
+    return f"{annotation} must be a positive number of seconds, got {raw!r}"
+
+
+def min_count_missing(group_annotation: str, min_count_annotation: str) -> str:
+    return f"pod has {group_annotation} but no {min_count_annotation} annotation"
+
+
+# ---------------------------------------- group objects: order settings the defaults replace
+def priority_not_integer(raw: object) -> str:
+    return f"spec.priority must be an integer, got {str(raw)[:64]!r}"
+
+
+def priority_class_unresolved(priority_class: str) -> str:
+    return (f"priorityClassName {priority_class!r} did not resolve to a priority (does the PriorityClass exist?): "
+            "the members' pod priority applies")
+
+
+def max_wait_invalid(annotation: str, raw: object) -> str:
+    return (f"{annotation} must be a number of seconds >= 0, got {str(raw)[:64]!r}: the extender's "
+            "--max-wait-seconds applies")
+
+
+# ---------------------------------------------------------------------- topology constraints
+TOPOLOGY_GROUP_AND_PODS = "the group object and its pods"
+"""Whose keys differ when the group object's constraint and its members' disagree."""
+
+
+def field_problem(field: str, problem: str) -> str:
+    """What is wrong with a field (``field_of``, ``topology_annotation``): ``<field>: <problem>``."""
+    return f"{field}: {problem}"
+
+
+def topology_annotation(where: str, annotation: str) -> str:
+    """An annotation of the object ``where`` names, as a field: ``pod ml/w-0: annotation <name>``."""
+    return f"{where}: annotation {annotation}"
+
+
+def constraints_not_object(where: str, raw: object) -> str:
+    return f"{where}: spec.schedulingConstraints must be an object, got {raw!r}"
+
+
+def topology_not_list(where: str, field: str, raw: object) -> str:
+    return f"{where}: {field} must be a list, got {raw!r}"
+
+
+def topology_too_many(where: str, field: str, entries: int) -> str:
+    return f"{where}: {field} has {entries} entries; at most one is allowed"
+
+
+def topology_entry_not_object(where: str, field: str, entry: object) -> str:
+    return f"{where}: {field}[0] must be an object with a key, got {entry!r}"
+
+
+def topology_keys_differ(what: str, mode: str, first: str, first_source: object, second: str,
+                         second_source: object) -> str:
+    """Two different ``mode`` ("required", "preferred") keys for one gang, and where each was written."""
+    return (f"{what}: two different {mode} topology keys: {first!r} ({first_source}) and {second!r} "
+            f"({second_source})")
+
+
+def members_disagree(mode: str, first_pod: str, first: str, pod: str, key: str) -> str:
+    return f"members disagree on the {mode} topology key: pod {first_pod} has {first!r}, pod {pod} has {key!r}"
 
 
 # --------------------------------------------------------------------------- the quorum gate
@@ -99,6 +218,73 @@ def barrier_full(gang: GangKey, in_flight: int, needed: int, limit: int) -> str:
             f"would exceed the limit of {limit} (--threads)")
 
 
+# ------------------------------------------------------- why the rest of a gang does not fit
+NO_NODE_MATCHES = "no node matches its nodeSelector, affinity and tolerations"
+
+
+def no_node_has_free(needed: Mapping[str, int], short: Mapping[str, int]) -> str:
+    """``needed``: the requests no node has enough of; ``short``: how far the largest free falls short."""
+    return f"no node has {describe(needed)} free (largest free falls short by {describe(short)})"
+
+
+def no_node_has_at_once(requests: Mapping[str, int]) -> str:
+    return f"no node has {describe(requests)} free at once"
+
+
+# -------------------------------------------------------------------------- topology domains
+ACROSS_DOMAINS = "across domains"
+"""The name of the domain of every node (a plan that keeps to no domain)."""
+DOMAIN_LACKS_BOUND_MEMBERS = "does not hold the gang's bound members"
+
+
+def bound_node_unlabelled(node: str, label: str) -> str:
+    return f"a bound member's node {node} has no label {label}"
+
+
+def bound_in_two_domains(first: object, second: object) -> str:
+    return f"bound members are in two domains: {first} and {second}"
+
+
+def bound_domain_has_no_nodes(domain: object) -> str:
+    return f"the bound members' domain {domain} has none of the nodes"
+
+
+def domain_lacks_free_cpu(free: int, needed: int) -> str:
+    """What a domain lacks (``lacks``): its free cpu (milli-cpu) is below the gang's."""
+    return f"has {describe({CPU: free})} free of the {describe({CPU: needed})} needed"
+
+
+def domain_lacks_allocatable_cpu(allocatable: int, needed: int) -> str:
+    """What the largest domain lacks even when empty: its allocatable cpu (milli-cpu) is below the gang's."""
+    return f"has {describe({CPU: allocatable})} allocatable of the {describe({CPU: needed})} needed"
+
+
+def domain_fits_some(placed: int, members: int, blocking: str) -> str:
+    return f"{placed} of {members} members fit: {blocking}"
+
+
+def no_node_labelled(keys: Sequence[str]) -> str:
+    return f"no node has the label {', '.join(keys)}"
+
+
+def no_domain_can_hold(key: str, why: str) -> str:
+    return f"no {key} domain can hold the gang: {why}"
+
+
+def no_domain_holds_all(key: str, members: int, roomiest: object, nodes: int, lacks: str) -> str:
+    return f"no {key} domain holds all {members} of them; the roomiest, {roomiest} ({nodes} nodes), {lacks}"
+
+
+def no_domain_even_empty(key: str, members: int, largest: object, nodes: int, lacks: str) -> str:
+    return (f"no {key} domain can hold all {members} members even when empty; the largest, {largest} "
+            f"({nodes} nodes), {lacks}")
+
+
+def placed_in_domain(domain: object, constraint: str) -> str:
+    """Where a constrained gang was placed, appended to a message (``where``): `` in <domain> (<constraint>)``."""
+    return f" in {domain} ({constraint})"
+
+
 # --------------------------------------------------------------------------------- the order
 def draining(waited: float, nodes: int) -> str:
     return (f"waited {waited:.0f}s, longer than its maximum wait: capacity freeing up on {nodes} node(s) is "
@@ -148,6 +334,47 @@ def evictions_failed(gang: GangKey, failed: Sequence[tuple[str, str]], retry_sec
     shown = "; ".join(f"{pod}: {why}" for pod, why in failed[:3])
     return (f"gang {gang}: {len(failed)} eviction(s) failed ({shown}); the place it reserved is dropped and it "
             f"tries again in {retry_seconds:.0f}s at the earliest")
+
+
+NOT_FULLY_LISTED = "the cluster is not fully listed yet"
+BUDGETS_NOT_WATCHED = "the PodDisruptionBudget watch is not listed or not healthy"
+NOT_LEADING = "this replica does not lead"
+NO_VICTIMS = "no lower-priority victims"
+
+
+def no_victims(reasons: Sequence[str]) -> str:
+    """Why no running unit may be a victim: ``reasons`` (``units_...``), or that none runs."""
+    return f"{NO_VICTIMS}: {'; '.join(reasons)}" if reasons else f"{NO_VICTIMS}: no running units"
+
+
+def units_not_lower(units: int, priority: int) -> str:
+    return f"{units} running unit(s) have priority {priority} or higher"
+
+
+def units_not_evictable(units: int, first: str, why_not: str) -> str:
+    """``first``: the first such unit (``unit_...``), ``why_not`` why it may not be evicted ("": not told)."""
+    return f"{units} may not be evicted ({first}: {why_not or 'not evictable'})"
+
+
+def units_on_unusable_nodes(units: int) -> str:
+    return f"{units} run only on nodes none of the members can use"
+
+
+def victims_not_enough(units: int, pods: int, placed: int, chosen: int, blocking: str) -> str:
+    return (f"even evicting every eligible unit ({units} units, {pods} pods) leaves {placed}/{chosen} members "
+            f"placed: {blocking}")
+
+
+NOT_LEADING_EVICTS_NOTHING = "this replica does not lead: it evicts nothing"
+
+
+def rate_bound_no_room(per_minute: float, evictions: int) -> str:
+    return f"the eviction rate bound ({per_minute:.0f} a minute) has no room for {evictions} eviction(s) now"
+
+
+def preempted_by(preemptor: str, reason: str) -> str:
+    """The Warning Event ``Preempted`` on each evicted victim."""
+    return f"preempted by {preemptor}: {reason}"
 
 
 # ------------------------------------------------------------------------------ the barrier
@@ -291,6 +518,15 @@ def partly_bound(gang: GangKey, bound: int, min_count: int, timeout: float) -> s
             "the rest are planned again around the bound members after the back-off")
 
 
+# ------------------------------------------------------- a node the pod's placement excludes
+NODE_SELECTOR_MISMATCH = "node does not match the pod's nodeSelector"
+NODE_AFFINITY_MISMATCH = "node does not match the pod's required node affinity"
+
+
+def untolerated_taint(taint: Taint) -> str:
+    return f"node has untolerated taint {taint.key}={taint.value}:{taint.effect}"
+
+
 # ------------------------------------------------------------------------ per-node verdicts
 NODE_NOT_WATCHED = "node is not known to gang-extender (its node watch has not seen it)"
 
@@ -384,3 +620,90 @@ def victim_unknown(uid: str) -> str:
 def victim_in_gang(gang: GangKey, defined: bool) -> str:
     what = "a gang" if defined else "a gang whose group is not seen yet"
     return f"victims include a member of {what} ({gang}): kube-scheduler's per-pod preemption would split it"
+
+
+# ----------------------------------------------------------------------------------- explain
+OTHER_NAMESPACE = "(another namespace)"
+"""What a published form says in place of a gang or pod of another namespace (its readers may see only theirs)."""
+NO_NODE_MATCHES_MEMBERS = "no node matches the members' nodeSelector, affinity and tolerations"
+NO_ROOM_AT_ONCE = "no node has room for a member at once"
+
+
+def members_need(members: int, resource: str, needed: int, free: int) -> str:
+    """A shortfall over the cluster: ``members`` need ``needed`` of ``resource``, ``free`` is free in total."""
+    return f"{members} member(s) need {describe({resource: needed})}, {describe({resource: free})} is free"
+
+
+def fragmented(resource: str, amount: int) -> str:
+    """A shortfall on one node: enough in total, but no node has ``amount`` of ``resource`` for one member."""
+    return f"enough in total, but no node has {describe({resource: amount})} free for one member"
+
+
+def state_summary(gang: object, state: object, existing: object, bound: object, held: object, min_count: object,
+                  why: str) -> str:
+    """The ``GangState`` Event's one line: members existing, bound and held; ``why`` may be ""."""
+    line = (f"gang {gang}: {state}; {existing} member(s) exist, {bound} bound, {held} held; "
+            f"minCount {min_count}")
+    return f"{line}; {why}" if why else line
+
+
+# --------------------------------------------------------------------------- the order, more
+def priority_differs_from_group(priorities: str, stated: int) -> str:
+    return (f"its members' pod priority ({priorities}) differs from the group's priority {stated}: ordered by the "
+            "lowest, and it never preempts")
+
+
+def member_priorities_differ(priorities: str) -> str:
+    return f"its members have different priorities ({priorities}): ordered by the lowest, and it never preempts"
+
+
+# ------------------------------------------------------------------------- evictions, more
+EVICTOR_NOT_LEADING = "this replica no longer leads"
+
+
+def eviction_outcome(outcome: str, detail: str) -> str:
+    """Why one victim was not evicted: its outcome (``refused-budget``, ``failed``, ...) and the detail."""
+    return f"{outcome}: {detail}" if detail else outcome
+
+
+def several_budgets(pod: PodRecord, budgets: str) -> str:
+    return (f"pod {_pod(pod)} is selected by more than one PodDisruptionBudget ({budgets}): the Eviction API refuses "
+            "to evict it")
+
+
+def budget_not_computed(budget: object) -> str:
+    return (f"PodDisruptionBudget {budget} has no status for its current generation yet (the disruption controller "
+            "has not computed it): it allows no eviction")
+
+
+def budget_exceeded(pods: int, budget: object, allowed: int) -> str:
+    return (f"evicting {pods} pod(s) selected by PodDisruptionBudget {budget} exceeds the {allowed} disruption(s) it "
+            "allows now")
+
+
+# ------------------------------------------------------------------- releases written down
+def intent_not_leader(gang: GangKey) -> str:
+    return f"release of gang {gang} not recorded: this replica is not the leader"
+
+
+def intent_not_written(gang: GangKey, problem: object) -> str:
+    return f"release of gang {gang} not recorded: {problem}"
+
+
+def intents_too_large(gang: GangKey, size: int, most: int) -> str:
+    return (f"release of gang {gang} not recorded: the open releases would take {size} bytes, more than "
+            f"release-intents-max-bytes ({most})")
+
+
+def lease_annotations_too_large(gang: GangKey, total: int, limit: int) -> str:
+    return (f"release of gang {gang} not recorded: the Lease's annotations would take {total} bytes, more than the "
+            f"API server's limit ({limit})")
+
+
+# ---------------------------------------------------------------------------- snapshot mode
+def pod_not_in_snapshot(namespace: str, name: str) -> str:
+    return f"pod {namespace}/{name} is not in the snapshot"
+
+
+def node_not_in_snapshot(node: str) -> str:
+    return f"node {node} is not in the snapshot"

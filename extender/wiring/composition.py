@@ -38,6 +38,7 @@ from extender.kube.leader import LeaderElector
 from extender.kube.lease import ElectionConfig, KubeLeaseApi, default_namespace
 from extender.kube.publishing import ExplainPublisher
 from extender.kube.status import StatusWriter
+from extender.model import messages
 from extender.wiring.discovery import GroupWatches
 from extender.wiring.feeds import MirrorFeeds
 from extender.wiring.kueue import TopologyFeed, TopologyWatch
@@ -100,7 +101,7 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
                         preemption=evictor is not None and settings.preemption == "on", budgets=budgets.allowed,
                         eviction_room=evictor.allows if evictor is not None else None,
                         preemption_problem=lambda: (runtime.preemption_problem() if may_act()
-                                                    else "this replica does not lead"))
+                                                    else messages.NOT_LEADING))
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
                     release_log=release_log, scheduler_names=served,
                     answer_margin=settings.bind_answer_margin_seconds, may_act=may_act,

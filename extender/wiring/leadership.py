@@ -23,6 +23,7 @@ from extender.engine.ports import OpenRelease
 from extender.gangs.view import LedgerView
 from extender.kube.intents import ReleaseIntents
 from extender.kube.leader import LeaderElector
+from extender.model import messages
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,8 @@ called: kube-scheduler retries every pod it could not schedule at least every 5 
 (podMaxInUnschedulablePodsDuration), so a live leading scheduler calls within that; releasing earlier
 would drop the wake-ups those pods wait for, and nothing would call again."""
 
-NOT_LEADER = ("this gang-extender replica is not the leader (it is competing for the Lease, or another replica "
-              "holds it): kube-scheduler will retry")
+NOT_LEADER = messages.NOT_LEADER
+"""Why a replica that does not lead answers every verb with an error (the text is ``messages``')."""
 
 
 class Leadership:

@@ -30,16 +30,14 @@ from extender.kube.events import EventRecorder, PodWaker
 from extender.kube.evictions import KubeEvictor
 from extender.kube.status import StatusWriter
 from extender.kube.watching import Reflector
+from extender.model import messages
 from extender.wiring.discovery import GroupWatches
-from extender.wiring.leadership import NOT_LEADER, Leadership
+from extender.wiring.leadership import Leadership
 
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_SECONDS = 1.0
 API_PROBE_SECONDS = 2.0
-
-NOT_SYNCED = ("gang-extender is starting: its first list of nodes, pods and group objects is not complete; "
-              "kube-scheduler will retry")
 
 
 @dataclass
@@ -82,13 +80,13 @@ class Runtime:
         stale, or the PodDisruptionBudgets not listed or not watched (victims chosen then could be
         refused midway and a victim gang split)."""
         if not self.synced():
-            return "the cluster is not fully listed yet"
+            return messages.NOT_FULLY_LISTED
         stale = self.stale_problem()
         if stale:
             return stale
         budgets = self.budget_reflector
         if budgets is None or not budgets.synced.is_set() or not budgets.healthy:
-            return "the PodDisruptionBudget watch is not listed or not healthy"
+            return messages.BUDGETS_NOT_WATCHED
         return ""
 
     def start(self) -> None:
@@ -113,14 +111,11 @@ class Runtime:
         limit = self.settings.watch_stale_seconds
         since = self.api_failing_since
         if since is not None and now - since > limit:  # a silent watch (no RST) raises nothing for minutes
-            return (f"the API server has not answered gang-extender for {now - since:.0f}s: its view of the "
-                    "cluster may be stale; kube-scheduler will retry")
+            return messages.api_silent(now - since)
         for reflector in self.core_reflectors:
             failing = reflector.failing_for(now)
             if failing > limit:
-                return (f"gang-extender's {reflector.name} watch has been failing for {failing:.0f}s "
-                        f"({reflector.last_error or 'no detail'}): its view of the cluster may be stale; "
-                        "kube-scheduler will retry")
+                return messages.watch_failing(reflector.name, failing, reflector.last_error)
         return ""
 
     def probe_api(self, probe: Callable[[], None], interval: float = API_PROBE_SECONDS) -> None:
@@ -142,7 +137,7 @@ class Runtime:
         decided on a frozen mirror); returns how many were answered."""
         stale = self.stale_problem(now)
         if not stale and self.leadership is not None and not self.leadership.is_leader():
-            stale = NOT_LEADER  # leadership lost while holding: a deposed replica releases nothing
+            stale = messages.NOT_LEADER  # leadership lost while holding: a deposed replica releases nothing
         answered = self.ledger.answer_all_held(stale) if stale else 0
         if answered:
             log.warning("answered %d held bind(s) with a retry: %s", answered, stale)
@@ -154,9 +149,9 @@ class Runtime:
         if self.leadership is not None:
             self.leadership.called()
         if not self.synced():
-            return NOT_SYNCED
+            return messages.NOT_SYNCED
         if self.leadership is not None and not self.leadership.is_leader():
-            return NOT_LEADER
+            return messages.NOT_LEADER
         return self.stale_problem(now)
 
     def synced(self) -> bool:

@@ -26,11 +26,15 @@ from extender.kube.client import KubeClient
 from extender.kube.intents import KEY, ReleaseIntents
 from extender.kube.leader import LeaderElector
 from extender.kube.lease import ElectionConfig, KubeLeaseApi
+from extender.model.gang import GangKey, GroupKind, GroupRef
 
 pytestmark = pytest.mark.e2e
 
 NAMESPACE = "gang-lease"
 CONFIG = ElectionConfig(NAMESPACE, "gang-extender", lease_duration=4, renew_deadline=2.5, retry_period=0.5)
+TRAIN = GangKey(GroupRef(GroupKind.PODGROUP, "ml", "train"))
+LATE = GangKey(GroupRef(GroupKind.PODGROUP, "ml", "late"))
+KILLED = GangKey(GroupRef(GroupKind.PODGROUP, "ml", "killed"))
 PODS = [("ml", f"worker-{i}", f"uid-{i}", f"node-{i}") for i in range(4)]
 
 
@@ -124,7 +128,7 @@ def test_takeover_after_the_lease_duration_fences_the_deposed_leader(
     leader, standby = one_leader(replicas, 3.0)
     assert lease(cp)["spec"]["holderIdentity"] == leader.elector.identity  # type: ignore[index]
 
-    release = leader.intents.opened("ml/train", PODS)
+    release = leader.intents.opened(TRAIN, PODS)
     assert open_on_server(cp) == [release], "the intent is on the Lease before opened() returns"
 
     leader.clock.freeze()  # the leader is paused: no more renewals, and its clock says it still leads
@@ -138,14 +142,14 @@ def test_takeover_after_the_lease_duration_fences_the_deposed_leader(
 
     assert leader.elector.is_leader(), "the paused leader's own clock still says it leads"
     with pytest.raises(IntentNotRecordedError) as refused:
-        leader.intents.opened("ml/late", PODS[:1])
+        leader.intents.opened(LATE, PODS[:1])
     assert isinstance(refused.value.__cause__, FencedError), refused.value
     assert "409" in str(refused.value)
     assert not leader.elector.is_leader()
 
     assert lease(cp)["spec"]["holderIdentity"] == standby.elector.identity  # type: ignore[index]
     assert [(r.id, r.gang, r.pods) for r in standby.intents.unfinished] == [
-        (release, "ml/train", tuple(JournalPod(*p) for p in PODS))]
+        (release, TRAIN, tuple(JournalPod(*p) for p in PODS))]
     assert open_on_server(cp) == [release], "the deposed leader's last intent never reached the Lease"
     standby.intents.closed(release)
     assert open_on_server(cp) == []
@@ -175,13 +179,15 @@ from extender.kube.intents import ReleaseIntents
 from extender.kube.client import KubeClient
 from extender.kube.leader import LeaderElector
 from extender.kube.lease import ElectionConfig, KubeLeaseApi
+from extender.model.gang import GangKey, GroupKind, GroupRef
 config = ElectionConfig(sys.argv[2], sys.argv[3], lease_duration=4, renew_deadline=2.5, retry_period=0.5)
 elector = LeaderElector(KubeLeaseApi(KubeClient(sys.argv[1])), config)
 intents = ReleaseIntents(elector)
 elector.start()
 while not elector.is_leader():
     time.sleep(0.05)
-release = intents.opened("ml/killed", [("ml", "worker-0", "uid-0", "node-0"), ("ml", "worker-1", "uid-1", "node-1")])
+killed = GangKey(GroupRef(GroupKind.PODGROUP, "ml", "killed"))
+release = intents.opened(killed, [("ml", "worker-0", "uid-0", "node-0"), ("ml", "worker-1", "uid-1", "node-1")])
 print("LEADING", elector.identity, release, flush=True)
 time.sleep(3600)
 """
@@ -212,7 +218,7 @@ def test_a_leader_killed_by_sigkill_is_replaced_and_its_release_is_found(
         assert CONFIG.lease_duration - CONFIG.retry_period <= took <= CONFIG.lease_duration + 2 * CONFIG.retry_period
         assert lease(control_plane)["spec"]["holderIdentity"] == standby.elector.identity  # type: ignore[index]
         assert lease(control_plane)["spec"]["leaseTransitions"] == 1  # type: ignore[index]
-        assert [(r.id, r.gang, len(r.pods)) for r in standby.intents.unfinished] == [(int(release), "ml/killed", 2)]
+        assert [(r.id, r.gang, len(r.pods)) for r in standby.intents.unfinished] == [(int(release), KILLED, 2)]
     finally:
         proc.kill()
         proc.wait(10)

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from extender.engine.requests import BindArgs, FilterArgs, FilterResult, check_node_names
+from extender.cluster.verdicts import check_node_names
+from extender.engine.requests import BindArgs, FilterArgs, FilterResult
 from extender.errors import ProtocolError
 from extender.http.protocol import (
     FULL_NODES_REFUSED,
