@@ -28,7 +28,7 @@ from extender.cluster.verdicts import MAX_MESSAGE, UNKNOWN_NODE, bounded, check_
 from extender.engine.requests import FilterArgs, FilterResult, request_record
 from extender.errors import GroupError
 from extender.gangs.domains import Domain
-from extender.gangs.ledger import FilterGate, GangLedger, Swept
+from extender.gangs.ledger import FilterGate, GangLedger
 from extender.gangs.waitlist import Waitlist
 from extender.model import messages
 from extender.model.gang import Code, GangKey, Verdict
@@ -48,7 +48,6 @@ make a reply of hundreds of MB from a 4 MiB request."""
 
 MIN_MESSAGE = 80
 
-NO_WORK = Swept()
 
 
 class Filtering:
@@ -61,20 +60,20 @@ class Filtering:
         self.waitlist = waitlist
         self.steered = 0  # filter requests answered with the nodes of the member's own reservation
 
-    def filter(self, args: FilterArgs) -> tuple[FilterResult, Swept]:
-        """The answer, and what the ledger's sweep left to do outside the lock."""
+    def filter(self, args: FilterArgs) -> FilterResult:
+        """The answer (what the ledger's sweep left to do outside the lock is queued in the ledger)."""
         facts = PodFacts(args.pod)
         try:
             linked = facts.link is not None
         except GroupError as exc:
-            return _all_failed(args.node_names, Verdict(Code.WAIT_UNRESOLVABLE, messages.invalid_gang(exc))), NO_WORK
+            return _all_failed(args.node_names, Verdict(Code.WAIT_UNRESOLVABLE, messages.invalid_gang(exc)))
         key = facts.signature
         with self.mirror.lock:
             # only gang members need the full record before the cache lookup
             gate = self.ledger.filter_gate(facts, request_record(facts) if linked else None, args.node_names,
                                            FILTER_SWEEP_INTERVAL)
             if not gate.verdict.passes:
-                return _all_failed(args.node_names, gate.verdict), gate.swept
+                return _all_failed(args.node_names, gate.verdict)
             if gate.steered:
                 self.steered += 1
                 result, entry = FilterResult(gate.steered, {}, {}), None
@@ -86,7 +85,7 @@ class Filtering:
                 self.waitlist.block(request_record(facts))
         if entry is not None and key is not None:
             self.cache.put(key, entry)
-        return result, gate.swept
+        return result
 
     def _node_verdicts(self, args: FilterArgs, facts: PodFacts, gate: FilterGate,
                        key: bytes | None) -> tuple[FilterResult, NodeVerdicts | None]:

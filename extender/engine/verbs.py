@@ -1,10 +1,12 @@
-"""Engine: the extender's use cases, the verbs, as one façade over composed parts (no HTTP, no kubernetes client).
+"""Engine: the extender's use cases, the verbs, as one façade over composed parts (no HTTP, no kubernetes
+client).
 
 Owns: building the verbs' parts once (``Filtering``: filter and prioritize; ``Binding``: bind and the
-releases; ``Evictions``: running the preemption victims' evictions) and what they leave to do outside
-the mirror's lock after a sweep of the ledger (bind the quorums it released, run the evictions it
-decided); the preempt verb (``preempt_verb``) and ``explain``. Must not: parse HTTP or JSON, import Flask
-or kubernetes, or call the API server except through its ports.
+releases; ``Evictions``: running the preemption victims' evictions) and doing, outside the mirror's
+lock, the work the ledger queued after each filter and each tick (bind the quorums it released, run the
+evictions it decided), even when the request failed; the preempt verb (``preempt_verb``) and
+``explain``. Must not: parse HTTP or JSON, import Flask or kubernetes, or call the API server except
+through its ports.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from extender.engine.evicting import Evictions
 from extender.engine.filtering import Filtering
 from extender.engine.ports import Binder, Evictor, OpenRelease, ReleaseLog
 from extender.engine.requests import BindArgs, FilterArgs, FilterResult, PreemptArgs, PreemptResult
-from extender.gangs.ledger import GangLedger, Swept
+from extender.gangs.ledger import GangLedger, Work
 from extender.gangs.waitlist import Waitlist
 
 
@@ -56,17 +58,22 @@ class Engine:
 
     def sweep(self, min_interval: float = 0.0) -> None:
         """The ledger's sweep, then what it left to do: bind the quorums it released, run the evictions."""
-        self._start(self.ledger.sweep(min_interval, release=True))
+        try:
+            self.ledger.sweep(min_interval, release=True)
+        finally:
+            self._start(self.ledger.take_work())
 
-    def _start(self, swept: Swept) -> None:
-        self.binding.start_releases(swept.releases)
+    def _start(self, work: Work) -> None:
+        self.binding.start_releases(work.releases)
         if self.evictions is not None:
-            self.evictions.start(swept.evictions)
+            self.evictions.start(work.evictions)
 
     def filter(self, args: FilterArgs) -> FilterResult:
-        result, swept = self.filtering.filter(args)
-        self._start(swept)
-        return result
+        """The filter verb; then, even when it fails (a bad request), the work its sweep queued."""
+        try:
+            return self.filtering.filter(args)
+        finally:
+            self._start(self.ledger.take_work())
 
     def prioritize(self, args: FilterArgs) -> list[tuple[str, int]]:
         return self.filtering.prioritize(args)

@@ -16,7 +16,7 @@ from collections.abc import Set as AbstractSet
 
 from extender.gangs.effects import Answer, Count, Effect, Publish, Reserve, Tell, WakeBlocked
 from extender.gangs.placement import GangPlacement
-from extender.gangs.record import Attempt, GangRecord, Hold, Purpose
+from extender.gangs.record import Attempt, GangRecord, Hold, Purpose, Reservation
 from extender.gangs.settings import GangSettings
 from extender.model import messages
 from extender.model.gang import GangPhase, GangStatus
@@ -40,10 +40,16 @@ class Attempts:
         self.clock = clock
 
     def reset(self, record: GangRecord) -> list[Effect]:
-        """End the attempt: nothing reserved, a fresh attempt; capacity it held wakes the blocked pods."""
+        """End the attempt: a fresh attempt and no slot reserved; capacity it held wakes the blocked pods. A
+        draining or preempting gang stays so, with no slots (the queue or preemption ends that, counted,
+        when it leaves the head, runs out of patience or is admitted; a preemption keeps its victims, so
+        they are not chosen again while they terminate)."""
         held = record.reservation
         record.attempt = Attempt()
-        effects: list[Effect] = [Reserve(record, None)]
+        kept = None
+        if held is not None and held.purpose is not Purpose.ADMITTED:
+            kept = Reservation(held.purpose, (), held.since, held.priority, held.victims)
+        effects: list[Effect] = [Reserve(record, kept)]
         if held is not None and (held.purpose is Purpose.ADMITTED or held.slots):
             effects.append(WakeBlocked())
         return effects

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from extender.cluster.mirror import ClusterMirror
 from extender.gangs.attempts import Attempts
-from extender.gangs.effects import Answer, Assume, Count, Effect, Forget, HoldAt, Publish, Reserve, Tell
+from extender.gangs.effects import Answer, Assume, Count, Effect, Forget, HoldAt, Publish, Reserve, Tell, WakeBlocked
 from extender.gangs.placement import GangPlacement
 from extender.gangs.record import GangRecord, Hold, Purpose, Reservation
 from extender.gangs.registry import GangRegistry
@@ -76,7 +76,8 @@ class Barrier:
         error = self.placement.fit_error(pod, node, gang)
         if error:
             return Arrival(BindDecision(BindAction.REJECT, error=error))
-        if gang is None or policy is None or self.registry.take_approval(pod.uid):
+        approved = self.registry.take_approval(pod.uid)  # used up by any bind that gets this far
+        if gang is None or policy is None or approved:
             return Arrival(BindDecision(BindAction.NOW, effects=(Assume(pod.uid, node),)))
         record = existing or self.registry.ensure(gang, policy)
         placed = self.placement.placed(self.mirror.members(gang), record)
@@ -137,6 +138,8 @@ class Barrier:
             # back to the same room (nothing else may take it) and complete the gang.
             now = self.clock()
             held = record.reservation if record.admitted else None
+            if record.draining or record.preempting:  # bound members make it admitted: the drain is over
+                effects += [Count("drains_ended"), WakeBlocked()]
             kept = held or Reservation(Purpose.ADMITTED, (), now)
             effects.append(Reserve(record, kept.plus((h.node, h.pod.requests) for h in failed)))
             record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(record.policy))

@@ -5,8 +5,9 @@ reserve (``Reserve``, the capacity everyone else sees), a bind put at or answere
 (``Hold``, ``Answer``: the mirror's assumed placements and the thread waiting for the answer), a pod
 assumed on or forgotten from a node (``Assume``, ``Forget``), what users are told (``Tell`` an Event,
 ``Publish`` a group's status), pods woken for a new scheduling attempt (``Wake``, ``WakeBlocked``),
-evictions for the engine (``Evict``) and the counters (``Count``); and ``Decision``, a verdict with the
-effects that go with it. Must not: perform them (``registry.GangRegistry.apply`` does, in order).
+work for the engine (``Evict``, ``Release``: queued as ``Work`` until the engine takes it) and the
+counters (``Count``); and ``Decision``, a verdict with the effects that go with it. Must not: perform
+them (``registry.GangRegistry.apply`` does, in order).
 """
 
 from __future__ import annotations
@@ -103,7 +104,26 @@ class EvictionOrder:
 
 @dataclass(frozen=True, slots=True)
 class Evict:
+    """Evict ``order``'s victims (the engine does, outside the lock)."""
+
     order: EvictionOrder
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Bind the complete quorum ``holds`` of ``gang`` now (the engine does, outside the lock, and reports
+    with the ledger's ``released``): its holds are marked releasing."""
+
+    gang: GangKey
+    holds: list[Hold]
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What the engine takes from the ledger to do outside the lock: quorums to bind, evictions to run."""
+
+    releases: list[Release] = field(default_factory=list)
+    evictions: list[EvictionOrder] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +134,7 @@ class Count:
     amount: int = 1
 
 
-Effect = Reserve | HoldAt | Answer | Assume | Forget | Tell | Publish | Wake | WakeBlocked | Evict | Count
+Effect = Reserve | HoldAt | Answer | Assume | Forget | Tell | Publish | Wake | WakeBlocked | Evict | Release | Count
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,10 +25,10 @@ from extender.gangs.admission import Admission
 from extender.gangs.attempts import Attempts
 from extender.gangs.barrier import Barrier, BindAction, BindDecision
 from extender.gangs.domains import Domain
-from extender.gangs.effects import Decision, Effect, EvictionOrder, Publish, Tell
+from extender.gangs.effects import Decision, Effect, Publish, Release, Tell, Work
 from extender.gangs.expiry import Expiry
 from extender.gangs.placement import GangPlacement
-from extender.gangs.policies import PolicyChanges, Release
+from extender.gangs.policies import PolicyChanges
 from extender.gangs.preemption import Budgets, GangPreemption
 from extender.gangs.queue import GangQueue
 from extender.gangs.record import GangRecord, Hold
@@ -40,18 +40,10 @@ from extender.model import messages
 from extender.model.cluster import PodRecord
 from extender.model.gang import PASS, Code, GangKey, GangPhase, GangPolicy, GangStatus, Verdict
 
-__all__ = ["BindAction", "BindDecision", "FilterGate", "GangLedger", "Release", "Swept"]
+__all__ = ["BindAction", "BindDecision", "FilterGate", "GangLedger", "Release", "Work"]
 
 BindModeFactory = Callable[[GangRegistry, GangPlacement, Attempts, GangSettings, Callable[[], float]],
                            bind_modes.BindMode]
-
-
-@dataclass(frozen=True, slots=True)
-class Swept:
-    """What a sweep leaves the engine to do outside the lock: quorums to bind, evictions to run."""
-
-    releases: list[Release] = field(default_factory=list)
-    evictions: list[EvictionOrder] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +55,6 @@ class FilterGate:
 
     gang: GangKey | None
     verdict: Verdict
-    swept: Swept
     own: dict[str, str] = field(default_factory=dict)
     steered: list[str] = field(default_factory=list)
     domain: Domain | None = None
@@ -130,20 +121,20 @@ class GangLedger:
     # ------------------------------------------------------------------------------ filter
     def filter_gate(self, facts: PodFacts, pod: PodRecord | None, names: list[str],
                     sweep_interval: float) -> FilterGate:
-        """A filter's gang half, one step: the sweep (at most every ``sweep_interval``), then for a gang
-        member (``pod``; None: a pod of no gang) the quorum gate and admission (a member that must wait is
-        remembered to wake and told why), then its own reservation's verdicts on the requested nodes and
-        where the bind mode steers it."""
+        """A filter's gang half, one step: the sweep (at most every ``sweep_interval``; what it leaves the
+        engine to do is queued: ``take_work``), then for a gang member (``pod``; None: a pod of no gang) the
+        quorum gate and admission (a member that must wait is remembered to wake and told why), then its
+        own reservation's verdicts on the requested nodes and where the bind mode steers it."""
         with self.lock:
-            swept = self.sweep(sweep_interval, release=True)
+            self.sweep(sweep_interval, release=True)
             gang, verdict = self.gate(pod) if pod is not None else (None, PASS)
             if pod is None or gang is None:
-                return FilterGate(None, PASS, swept)
+                return FilterGate(None, PASS)
             if not verdict.passes:
                 if verdict.code is Code.WAIT_RESOLVABLE:
                     self.waitlist.block(pod)
                 self.note_waiting(pod, verdict)
-                return FilterGate(gang, verdict, swept)
+                return FilterGate(gang, verdict)
             record = self.registry.get(gang)
             own: dict[str, str] = {}
             steered: list[str] = []
@@ -161,7 +152,7 @@ class GangLedger:
                         own = {n: claimed if v == FIT_RESERVED else v for n, v in own.items()}
             domain = self.placement.domain_of(gang)
             allowed = self.placement.nodes_in(domain) if domain is not None else None
-            return FilterGate(gang, PASS, swept, own, steered, domain, allowed)
+            return FilterGate(gang, PASS, own, steered, domain, allowed)
 
     def gate(self, pod: PodRecord) -> tuple[GangKey | None, Verdict]:
         """The pod's gang and whether it may be placed now: the quorum gate (its group is defined and
@@ -254,33 +245,29 @@ class GangLedger:
         return True
 
     # -------------------------------------------------------------------------------- sweep
-    def sweep(self, min_interval: float = 0.0, *, release: bool = False) -> Swept:
+    def sweep(self, min_interval: float = 0.0, *, release: bool = False) -> None:
         """Follow other binders (the bind mode) and policy changes, expire overdue gangs, forget gangs
         with no members, then pass over the order (gangs tried but never filtered, drains, preemptions).
 
-        With ``release`` (the caller binds), the quorums a policy change completed come back marked
-        releasing, and the caller must bind every one and report with ``released``. ``min_interval`` 0
+        With ``release`` (the caller binds), the quorums a policy change completed are marked releasing
+        and queued (``take_work``): the caller must bind every one and report with ``released``. ``min_interval`` 0
         (the background tick, every second) walks every gang; otherwise (a filter) the walk is skipped if
         one ran less than ``min_interval`` ago, walks only the gangs that are not settled, and only once
         the earliest thing it acts on falls due (gangs left with no member wait for the tick)."""
         with self.lock:
             self._apply(self.mode.follow(min_interval))
-            releases = self._follow_policies(release)
+            for gang in self.policies.changed():
+                self._apply(self.policies.follow(gang, release))
             self._walk(min_interval)
             now = self.clock()
             if self.queue.pass_due(min_interval, now):
                 self._apply(self.queue.discover(now))
                 self._update_drains(now)
-            return Swept(releases, self.registry.take_evictions())
 
-    def _follow_policies(self, release: bool) -> list[Release]:
-        releases = []
-        for gang in self.policies.changed():
-            done, effects = self.policies.follow(gang, release)
-            self._apply(effects)
-            if done is not None:
-                releases.append(done)
-        return releases
+    def take_work(self) -> Work:
+        """The quorums to bind and the evictions to run, queued by decisions since the last call (the
+        engine takes them after each request and each tick, and does them outside the lock)."""
+        return self.registry.take_work()
 
     def _walk(self, min_interval: float) -> None:
         """The expiry walk over the gangs (``Expiry.walk_due`` says when)."""

@@ -2,7 +2,7 @@
 
 Owns: re-evaluating the gangs whose group appeared or changed its policy: their waiting members woken
 (the quorum gate may pass now); a gang whose held and placed members reach the new ``minCount``
-released at once, with no bind request needed to notice it (``Release``, for the engine to bind); an
+released at once, with no bind request needed to notice it (a ``Release``, for the engine to bind); an
 admitted gang keeping only the reservation slots it still needs, and one that needs more than it
 reserved and holds nothing yet planned again at its next filter; a group that is no longer a gang
 letting its held members through. Must not: bind, call the API server or block.
@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from extender.cluster.mirror import ClusterMirror
 from extender.gangs.attempts import Attempts
-from extender.gangs.effects import Effect, Reserve, Wake
+from extender.gangs.effects import Effect, Release, Reserve, Wake
 from extender.gangs.placement import GangPlacement
 from extender.gangs.record import GangRecord, Hold
 from extender.gangs.registry import GangRegistry
@@ -24,15 +23,6 @@ from extender.model import messages
 from extender.model.gang import GangKey
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """A complete quorum to bind now: its holds are marked releasing; report the outcome with the
-    ledger's ``released``."""
-
-    gang: GangKey
-    holds: list[Hold]
 
 
 class PolicyChanges:
@@ -55,15 +45,15 @@ class PolicyChanges:
                  | {g for g in self.registry.gangs() if g.group in changed})
         return sorted(gangs)
 
-    def follow(self, gang: GangKey, release: bool) -> tuple[Release | None, list[Effect]]:
-        """One changed gang: the quorum the change completed (with ``release``: marked releasing, for the
-        caller to bind; without it nothing is marked, and the next bind request of such a gang completes
-        its quorum), and the effects."""
+    def follow(self, gang: GangKey, release: bool) -> list[Effect]:
+        """One changed gang's effects: with ``release`` (the caller binds), the quorum the change completed,
+        marked releasing (a ``Release``); without it nothing is marked, and the next bind request of such a
+        gang completes its quorum."""
         members = self.mirror.members(gang)
         effects: list[Effect] = [Wake([p for p in members if not self.mirror.placement(p.uid)])]
         record = self.registry.get(gang)
         if record is None:
-            return None, effects
+            return effects
         _, policy = self.mirror.gang_policy(gang)
         waiting = record.waiting()
         placed = self.placement.placed(members, record)
@@ -82,17 +72,17 @@ class PolicyChanges:
                 effects.append(Reserve(record, record.reservation.first(needed)))
             elif needed > record.reserved and not waiting:
                 effects += self.attempts.reset(record)
-        return None, effects
+        return effects
 
     def _release(self, record: GangRecord, waiting: list[Hold], release: bool,
-                 effects: list[Effect]) -> tuple[Release | None, list[Effect]]:
+                 effects: list[Effect]) -> list[Effect]:
         """Release the quorum ``waiting`` that a policy change completed, if there is one, the caller binds
         and it may be bound now (otherwise the next bind request completes it, or the gang is planned
         again)."""
         if not waiting or not release:
-            return None, effects
+            return effects
         may, more, _ = self.attempts.may_release(record, waiting, self.clock())
         if not may:
-            return None, effects + more
+            return effects + more
         record.last_message = messages.released_after_policy_change(len(waiting))
-        return Release(record.key, waiting), effects
+        return [*effects, Release(record.key, waiting)]

@@ -1,19 +1,21 @@
 """GangRegistry: the gang records, and the one apply step that performs the ledger's decisions (no I/O).
 
-Owns: the record of every gang the ledger acts for (``GangRecord``) and the subset that may have work for
-the clock or the queue (``busy``, kept so that per-request walks do not grow with every gang ever seen);
-when the next thing a sweep acts on falls due (``due_by``); the gangs another binder bound a member of
-(from the mirror's ``notify_member_bound``, which also takes that member's reserved slot); the members
-of a release a previous leader left open (``approved``); the eviction orders for the engine; the
-counters; and ``apply``, the only code that changes what a record holds (its reservation and holds)
-and, in the same step, the mirror's view of it (the reserved capacity, the pods assumed on nodes), the
-threads waiting on holds, and what users are told (through the callbacks it is given: Events, wake-ups,
-status). Must not: decide anything, call the API server or block (the callbacks only queue).
+Owns: the record of every gang the ledger acts for (``GangRecord``) and the subset that may have work
+for the clock or the queue (``busy``, kept so that per-request walks do not grow with every gang ever
+seen); when the next thing a sweep acts on falls due (``due_by``); the gangs another binder bound a
+member of (from the mirror's ``notify_member_bound``, which also takes that member's reserved slot); the
+members of a release a previous leader left open (``approved``); the work queued for the engine (quorums
+to bind, evictions: ``take_work``); the counters; and ``apply``, the only code that changes what a
+record holds (its reservation and holds) and, in the same step, the mirror's view of it (the reserved
+capacity, the pods assumed on nodes), the threads waiting on holds, and what users are told (through the
+callbacks it is given: Events, wake-ups, status). Must not: decide anything, call the API server or
+block (the callbacks only queue).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 
@@ -29,10 +31,12 @@ from extender.gangs.effects import (
     Forget,
     HoldAt,
     Publish,
+    Release,
     Reserve,
     Tell,
     Wake,
     WakeBlocked,
+    Work,
 )
 from extender.gangs.record import GangRecord, Reservation
 from extender.gangs.waitlist import MAX_REMEMBERED, Waitlist
@@ -68,6 +72,8 @@ class GangRegistry:
         self._next_due = float("-inf")
         self._bound: set[GangKey] = set()
         self._approved: set[str] = set()
+        self._work_lock = threading.Lock()  # its own: the engine takes the work without the mirror's lock
+        self._releases: list[Release] = []
         self._evictions: list[EvictionOrder] = []
         mirror.notify_member_bound(self._member_bound)
 
@@ -152,9 +158,13 @@ class GangRegistry:
             return True
         return False
 
-    def take_evictions(self) -> list[EvictionOrder]:
-        orders, self._evictions = self._evictions, []
-        return orders
+    def take_work(self) -> Work:
+        """The quorums to bind and the evictions to run that decisions queued since the last call. Work is
+        queued, not handed back up the stack, so a request that fails after its sweep loses none of it."""
+        with self._work_lock:
+            work = Work(self._releases, self._evictions)
+            self._releases, self._evictions = [], []
+            return work
 
     # ------------------------------------------------------------------------------- apply
     def apply(self, decision: Decision | Iterable[Effect]) -> Verdict | None:
@@ -193,7 +203,11 @@ class GangRegistry:
                 if blocked:
                     self.on_wake(blocked)
             case Evict(order):
-                self._evictions.append(order)
+                with self._work_lock:
+                    self._evictions.append(order)
+            case Release():
+                with self._work_lock:
+                    self._releases.append(effect)
             case Count(name, amount):
                 self.counters[name] += amount
 

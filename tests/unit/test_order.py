@@ -12,7 +12,7 @@ from extender.gangs.ledger import BindAction, GangLedger
 from extender.gangs.settings import GangSettings
 from extender.model.cluster import PodRecord
 from extender.model.gang import PASS, GangKey, GangOrder, GangPolicy, GroupKind
-from tests.builders import EventLog, FakeClock, coscheduling_podgroup, node, pod, slots_of
+from tests.builders import EventLog, FakeClock, coscheduling_podgroup, filter_args, make_engine, node, pod, slots_of
 
 NODES = ["n1", "n2", "n3", "n4"]
 
@@ -281,3 +281,36 @@ def test_a_drain_started_after_a_gang_was_admitted_leaves_that_gang_its_reserved
     w.mirror.delete_pod(w.mirror.pod("default", f"busy-{node}").uid)  # type: ignore[union-attr]
     assert w.mirror.free(node, None).get("cpu", 0) == 0  # what freed is kept for the drain
     assert w.ledger.admit(small, small_policy) == PASS
+
+
+def test_a_hold_that_times_out_while_its_gang_drains_does_not_start_a_second_drain() -> None:
+    """Found in review: ending the attempt of a draining gang (a hold timed out) dropped the drain, and the
+    next pass started it again (a second GangDraining). The drain goes on without slots until it leaves
+    the head or its patience runs out, and ends once, counted."""
+    h = make_engine(timeout_seconds=30)
+    try:
+        h.add(node("n1", cpu="4"), node("n2", cpu="2"), pod("blocker", cpu="4", node="n1"),
+              coscheduling_podgroup("pg", 2))
+        members = [pod(f"p{i}", pod_group="pg", cpu="2") for i in range(2)]
+        h.add(*members)
+        assert not h.engine.filter(filter_args(members[0], ["n1", "n2"])).feasible
+        gang = h.mirror.pod("default", "p0").gang  # type: ignore[union-attr]
+        assert gang is not None
+        h.clock.advance(301)
+        h.engine.sweep()
+        assert h.ledger.record(gang).draining  # type: ignore[union-attr]
+        record = h.mirror.pod("default", "p0")
+        assert record is not None
+        assert h.ledger.on_bind(record, "n2", GangPolicy(2)).action is BindAction.WAIT
+        h.clock.advance(31)
+        h.engine.sweep()  # the hold's attempt times out
+        h.clock.advance(1)
+        h.engine.sweep()
+        assert h.ledger.record(gang).draining  # type: ignore[union-attr]
+        assert [e[2] for e in h.events.events].count("GangDraining") == 1
+        h.clock.advance(901)
+        h.engine.sweep()
+        counters = h.ledger.view.counters()
+        assert (counters["drains_started"], counters["drains_ended"]) == (1, 1)
+    finally:
+        h.close()

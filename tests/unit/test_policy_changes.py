@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from extender.errors import ProtocolError
 from extender.model.gang import GangKey, GangPhase, GangStatus, GroupKind, GroupRef
 from tests.builders import Harness, bind_args, filter_args, make_engine, node
 from tests.builders import pod as base_pod
@@ -130,6 +131,27 @@ def test_lowering_min_count_releases_the_binds_already_held(h: Harness, binds: B
     assert [e[3] for e in h.events.of("GangBound")] == ["gang default/pg: 4 member(s) bound together at quorum"]
 
 
+def test_a_quorum_a_filters_sweep_released_is_bound_even_when_that_filter_is_a_bad_request(
+        h: Harness, binds: Binds) -> None:
+    """Found in review: the filter's sweep marked the quorum a lowered minCount completed as releasing, then
+    the same request failed (a node name of "": 400) and the release was lost with it: the holds were never
+    bound nor answered. The work a sweep decides is queued in the ledger and started whatever the request
+    does."""
+    members = [member(i, cpu="3") for i in range(4)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
+    h.add(*members)
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+    binds.start(members[0], "n1")
+    binds.start(members[1], "n2")
+    wait_until(lambda: h.ledger.view.held_count() == 2)
+    set_min_count(h, 2)  # the two held binds are a complete quorum now
+    h.clock.advance(1)  # past the filter's sweep interval
+    with pytest.raises(ProtocolError):
+        h.engine.filter(filter_args(base_pod("stray", cpu="1"), ["n1", ""]))
+    assert binds.join() == {"m0": "", "m1": ""}
+    assert sorted(c[1] for c in h.binder.calls) == ["m0", "m1"]
+
+
 def test_next_bind_after_a_drop_completes_the_quorum_too(h: Harness, binds: Binds) -> None:
     """Without the sweep, the next bind request sees the new minCount itself."""
     members = [member(i, cpu="3") for i in range(4)]
@@ -154,7 +176,8 @@ def test_a_sweep_that_does_not_bind_leaves_a_completed_quorum_to_the_next_bind(h
     binds.start(members[1], "n2")
     wait_until(lambda: h.ledger.view.held_count() == 2)
     set_min_count(h, 2)  # the two held binds are a complete quorum now
-    assert h.ledger.sweep().releases == []
+    h.ledger.sweep()
+    assert h.ledger.take_work().releases == []
     binds.start(members[2], "n3")
     assert binds.join() == {"m0": "", "m1": "", "m2": ""}
 

@@ -38,7 +38,6 @@ class World:
         self.room = True
         self.serves: Callable[[PodRecord], bool] = lambda _pod: True  # whether a pod is scheduled through us
         self.problem = ""  # why no victim may be chosen now
-        self.orders: list[EvictionOrder] = []  # decided and not yet looked at (``victims``)
         self.ledger = GangLedger(self.mirror, GangSettings(timeout_seconds=30.0, backoff_seconds=10.0,
                                                            max_wait_seconds=3600),
                                  clock=self.clock, on_event=self.events, preemption=True, budgets=self.budgets,
@@ -90,12 +89,11 @@ class World:
 
     def tick(self, seconds: float = 1.0) -> None:
         self.clock.advance(seconds)
-        self.orders += self.ledger.sweep().evictions
+        self.ledger.sweep()
 
     def take_orders(self) -> list[EvictionOrder]:
         """The eviction orders decided since the last call (by sweeps, or by admissions since the last sweep)."""
-        orders, self.orders = [*self.orders, *self.ledger.registry.take_evictions()], []
-        return orders
+        return self.ledger.take_work().evictions
 
     def victims(self) -> list[list[str]]:
         """The units the ledger ordered evicted since the last call, as pod names."""
@@ -349,3 +347,26 @@ def test_a_gang_that_fits_free_capacity_is_admitted_without_a_victim_search(monk
     assert searches == []
     w.tick()
     assert searches == [big]
+
+
+def test_a_hold_that_times_out_while_its_gang_preempts_does_not_start_a_second_preemption() -> None:
+    """Found in review: ending the attempt of a preempting gang (its one hold timed out) dropped the
+    preemption with its slots, and after the back-off the same victims, still terminating, were chosen and
+    ordered evicted again. The preemption goes on without slots, waiting for its victims."""
+    w = World()
+    w.mirror.upsert_node(node("n5"))
+    _low, _, low_pods = w.gang("low", 4, "3", priority=1, on=NODES)
+    high, policy, members = w.gang("high", 2, "3", priority=100)
+    assert w.ledger.admit(high, policy) != PASS
+    w.tick()
+    assert w.victims() == [sorted(p.name for p in low_pods)]
+    assert w.ledger.on_bind(members[0], "n5", policy).action is BindAction.WAIT  # a member lands on n5
+    w.tick(31)  # its attempt times out
+    record = w.ledger.record(high)
+    assert record is not None and record.preempting and record.timeouts == 1
+    for seconds in (1, 11, 6, 6):  # past the back-off and the search interval: the victims still terminate
+        w.tick(seconds)
+        verdict = w.ledger.admit(high, policy)
+        assert "waits for 4 preempted pod(s) to end" in verdict.message, verdict
+        assert w.victims() == []
+    assert w.ledger.view.counters()["preemptions_started"] == 1
