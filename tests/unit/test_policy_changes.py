@@ -131,12 +131,9 @@ def test_lowering_min_count_releases_the_binds_already_held(h: Harness, binds: B
     assert [e[3] for e in h.events.of("GangBound")] == ["gang default/pg: 4 member(s) bound together at quorum"]
 
 
-def test_a_quorum_a_filters_sweep_released_is_bound_even_when_that_filter_is_a_bad_request(
-        h: Harness, binds: Binds) -> None:
-    """Found in review: the filter's sweep marked the quorum a lowered minCount completed as releasing, then
-    the same request failed (a node name of "": 400) and the release was lost with it: the holds were never
-    bound nor answered. The work a sweep decides is queued in the ledger and started whatever the request
-    does."""
+def two_held_then_min_count_two(h: Harness, binds: Binds) -> list[dict[str, Any]]:
+    """A gang of minCount 4 admitted, two of its binds held, then minCount lowered to 2: the two held binds
+    are a complete quorum now, which nothing has noticed yet. Returns the four members."""
     members = [member(i, cpu="3") for i in range(4)]
     h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
     h.add(*members)
@@ -144,7 +141,17 @@ def test_a_quorum_a_filters_sweep_released_is_bound_even_when_that_filter_is_a_b
     binds.start(members[0], "n1")
     binds.start(members[1], "n2")
     wait_until(lambda: h.ledger.view.held_count() == 2)
-    set_min_count(h, 2)  # the two held binds are a complete quorum now
+    set_min_count(h, 2)
+    return members
+
+
+def test_a_quorum_a_filters_sweep_released_is_bound_even_when_that_filter_is_a_bad_request(
+        h: Harness, binds: Binds) -> None:
+    """Found in review: the filter's sweep marked the quorum a lowered minCount completed as releasing, then
+    the same request failed (a node name of "": 400) and the release was lost with it: the holds were never
+    bound nor answered. The work a sweep decides is queued in the ledger and started whatever the request
+    does."""
+    two_held_then_min_count_two(h, binds)
     h.clock.advance(1)  # past the filter's sweep interval
     with pytest.raises(ProtocolError):
         h.engine.filter(filter_args(base_pod("stray", cpu="1"), ["n1", ""]))
@@ -168,14 +175,7 @@ def test_next_bind_after_a_drop_completes_the_quorum_too(h: Harness, binds: Bind
 def test_a_sweep_that_does_not_bind_leaves_a_completed_quorum_to_the_next_bind(h: Harness, binds: Binds) -> None:
     """Only a caller that binds (``Engine.sweep``) gets the releases; any other sweep marks nothing, so
     no hold is left releasing with nobody to bind it."""
-    members = [member(i, cpu="3") for i in range(4)]
-    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
-    h.add(*members)
-    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
-    binds.start(members[0], "n1")
-    binds.start(members[1], "n2")
-    wait_until(lambda: h.ledger.view.held_count() == 2)
-    set_min_count(h, 2)  # the two held binds are a complete quorum now
+    members = two_held_then_min_count_two(h, binds)
     h.ledger.sweep()
     assert h.ledger.take_work().releases == []
     binds.start(members[2], "n3")
