@@ -293,13 +293,16 @@ class Reserved:
     holds_off: dict[GangKey, int | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.m.notify_member_bound(self._bound)
+        self.m.listen(self)
 
     def set(self, gang: GangKey, slots: list[Slot], holds_off: int | None = None) -> None:
         self.slots[gang], self.holds_off[gang] = list(slots), holds_off
         self.m.set_reservation(gang, slots, holds_off)
 
-    def _bound(self, pod: PodRecord) -> None:  # a member bound by another binder takes a reserved place
+    def member_gone(self, pod: PodRecord) -> None:
+        pass
+
+    def member_bound(self, pod: PodRecord) -> None:  # a member bound by another binder takes a reserved place
         assert pod.gang is not None
         if self.slots.get(pod.gang):
             self.use(pod.gang, pod.node_name, pod.requests)

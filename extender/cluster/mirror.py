@@ -6,7 +6,8 @@ index of pods by the gang they link to; what gangs hold in reserve per node (``R
 derived from the slots the gang ledger's records own and set through ``set_reservation``); and a
 *generation* per node, bumped on every change that can alter whether a pod fits that node, with a
 bounded change log so caches refresh only the nodes that changed. It tells one listener (the gang
-ledger, ``notify_member_bound``) of each gang member another binder bound, under its lock. Must not:
+ledger, ``listen``) of each gang member another binder bound and of each member gone (deleted, re-created
+under its name, finished or terminating), under its lock. Must not:
 call the API server, decide gang rules, keep gang state, or cache filter results.
 
 Thread safety: every method that changes state or walks a collection takes ``self.lock`` (an RLock);
@@ -24,7 +25,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Protocol
 
 from extender.cluster.capacity import Capacity, free_on, with_requests
 from extender.cluster.cpu_order import CpuOrder
@@ -38,6 +39,25 @@ from extender.model.quantity import CPU, Resources
 
 CHANGE_LOG_SIZE = 8192
 """How many node changes a cache may lag behind and still refresh incrementally."""
+
+
+class MemberListener(Protocol):
+    """Who the mirror tells, under its lock, of the gang members whose change a gang's record must follow."""
+
+    def member_bound(self, pod: PodRecord) -> None:
+        """``pod`` was bound by another binder: not a bind this extender assumed, and not bound before."""
+
+    def member_gone(self, pod: PodRecord) -> None:
+        """``pod`` (as it was) is gone: deleted, re-created under its name with a new uid, finished or being
+        deleted."""
+
+
+class _NoListener:
+    def member_bound(self, pod: PodRecord) -> None:
+        pass
+
+    def member_gone(self, pod: PodRecord) -> None:
+        pass
 
 
 class ClusterMirror:
@@ -56,7 +76,7 @@ class ClusterMirror:
         self._assumed: dict[str, str] = {}  # uid -> node, for binds not yet seen in the watch
         self._used: dict[str, Resources] = {}  # node -> requests of the pods placed there; replaced, never changed
         self._free_cpu: dict[str, int] = {}  # known node -> allocatable cpu less its _used cpu
-        self._member_bound: Callable[[PodRecord], None] = lambda _pod: None  # ``notify_member_bound``
+        self._members_listener: MemberListener = _NoListener()  # ``listen``
         self._members: dict[GangKey, set[str]] = {}
         self._tried: dict[str, GangKey] = {}  # unbound gang members kube-scheduler found no node for
         self._groups = GroupIndex()  # group objects, the gang policies they define, their changes
@@ -175,10 +195,12 @@ class ClusterMirror:
                 del self._assumed[record.uid]  # the bind we made is now visible
             elif (record.node_name and record.gang is not None and not record.terminal
                   and record.uid not in self._assumed and not (old is not None and old.node_name)):
-                self._member_bound(record)  # bound by another binder (filter-gated, or foreign): told once
+                self._members_listener.member_bound(record)  # by another binder (filter-gated, foreign): told once
             self._pods[record.uid] = record
             self._uid_by_key[record.key] = record.uid
             self._account(record, +1)
+            if old is not None and old.gang is not None and not old.terminal and record.terminal:
+                self._members_listener.member_gone(old)  # finished, or being deleted
             return record
 
     def delete_pod(self, uid: str) -> None:
@@ -190,6 +212,8 @@ class ClusterMirror:
             self._assumed.pop(uid, None)
             if self._uid_by_key.get(old.key) == uid:
                 del self._uid_by_key[old.key]
+            if old.gang is not None and not old.terminal:
+                self._members_listener.member_gone(old)
 
     def replace_pods(self, objs: Iterable[Mapping[str, Any]]) -> None:
         """A relist of pods (``_relist``)."""
@@ -209,10 +233,10 @@ class ClusterMirror:
             pod = self._pods.get(uid)
             return self._placement(pod) if pod else ""
 
-    def notify_member_bound(self, listener: Callable[[PodRecord], None]) -> None:
-        """Call ``listener`` (under the lock, from ``upsert_pod``) with each gang member that a watch event
-        shows bound by another binder: not a bind this extender assumed, and not bound before."""
-        self._member_bound = listener
+    def listen(self, listener: MemberListener) -> None:
+        """Tell ``listener`` (under the lock, from ``upsert_pod`` and ``delete_pod``) of gang members bound by
+        another binder and of gang members gone."""
+        self._members_listener = listener
 
     def tried_gangs(self) -> set[GangKey]:
         """Gangs with an unbound member kube-scheduler tried and found no node for."""

@@ -69,13 +69,35 @@ class Attempts:
         log.info("%s", message)
         return effects
 
+    def drop_holds(self, record: GangRecord, holds: Sequence[Hold], message: str) -> list[Effect]:
+        """Answer ``holds`` of members that are gone (they no longer count); their slots go back to the
+        gang's reservation, for the members that replace them."""
+        effects: list[Effect] = []
+        if record.admitted and record.reservation is not None:
+            effects.append(Reserve(record, record.reservation.plus((hold.node, hold.pod.requests) for hold in holds)))
+        effects += [Answer(record, hold, message) for hold in holds]
+        log.info("gang %s: %d hold(s) dropped: %s", record.key, len(holds), message)
+        return effects
+
+    def alive(self, hold: Hold) -> bool:
+        """Whether the held member still exists with the uid it was held with, and is not finished."""
+        pod = self.mirror.pod_by_uid(hold.pod.uid)
+        return pod is not None and not pod.terminal
+
     def may_release(self, record: GangRecord, waiting: list[Hold], now: float,
                     arriving: Hold | None = None) -> tuple[bool, list[Effect], str]:
-        """Whether the complete quorum ``waiting`` may be bound now: every hold has time left (the overdue
-        ones, never the bind ``arriving`` now, are answered with a retry and the gang waits for them) and
-        every member still fits where it is held (otherwise the release is aborted: nothing is bound, the
-        gang is planned again). Marks the holds ``releasing`` when it may. Returns (may, the effects, the
-        message every hold was answered with when the release was aborted, else "")."""
+        """Whether the complete quorum ``waiting`` may be bound now: every counted member is alive with its
+        held uid (a hold of one that is gone is answered and the gang waits: it is not complete), every
+        hold has time left (the overdue ones, never the bind ``arriving`` now, are answered with a retry
+        and the gang waits for them) and every member still fits where it is held (otherwise the release
+        is aborted: nothing is bound, the gang is planned again). Marks the holds ``releasing`` when it
+        may. Returns (may, the effects, the message every hold was answered with when the release was
+        aborted, else "")."""
+        gone = [h for h in waiting if not self.alive(h)]
+        if gone:
+            effects = self.drop_holds(record, gone, messages.held_members_gone(len(gone)))
+            record.last_message = messages.held_members_gone(len(gone))
+            return False, effects, ""
         overdue = [h for h in waiting if h is not arriving and now >= h.answer_by]
         if overdue:
             effects = self.recycle(record, overdue, now)

@@ -54,6 +54,11 @@ class Arrival:
     quorum: GangRecord | None = None
 
 
+def outcomes_error(outcomes: Sequence[tuple[Hold, str]]) -> str:
+    """The first error among a release's outcomes ("" : none)."""
+    return next((error for _, error in outcomes if error), "")
+
+
 class Barrier:
     """The bind barrier."""
 
@@ -156,6 +161,11 @@ class Barrier:
         for hold, error in outcomes:  # a Binding cannot be undone: the bound stay, the failed are retried
             if error:
                 effects.append(Tell([hold.pod], "Warning", "GangBindFailed", messages.bind_failed(gang, error)))
+        if bound and failed:  # refused by the API server after its siblings were bound: told, counted, finished
+            partial = messages.release_partly_bound(gang, len(bound), len(outcomes), outcomes_error(outcomes))
+            log.warning("%s", partial)
+            effects += [Count("partially_bound"),
+                        Tell([h.pod for h, _ in outcomes], "Warning", "GangPartiallyBound", partial)]
         if bound:
             message = messages.bound_together(gang, len(bound))
             effects.append(Tell(bound, "Normal", "GangBound", message))
@@ -175,6 +185,27 @@ class Barrier:
         if record is None:
             return []
         return self.attempts.recycle(record, [h for h in holds if h.pod.uid in record.holds], self.clock(), message)
+
+    # ------------------------------------------------------------------------- pods that go
+    def member_gone(self, pod: PodRecord) -> list[Effect]:
+        """``pod`` was deleted, re-created under its name, or finished: a bind held for it is answered at
+        once and no longer counts toward the quorum (its place goes back to the gang's reservation, for a
+        replacement). A hold picked by a release in flight is left to the release's outcome."""
+        record = self.registry.get(pod.gang) if pod.gang is not None else None
+        hold = record.holds.get(pod.uid) if record is not None else None
+        if record is None or hold is None or hold.releasing:
+            return []
+        return self.attempts.drop_holds(record, [hold], messages.held_member_gone(pod))
+
+    def member_bound(self, pod: PodRecord) -> list[Effect]:
+        """Another binder bound gang member ``pod``: it takes a reserved place (once)."""
+        record = self.registry.get(pod.gang) if pod.gang is not None else None
+        if record is None:
+            return []
+        self.registry.note_bound(record.key)
+        if record.reservation is None:
+            return []
+        return [Reserve(record, record.reservation.using(pod.node_name, pod.requests))]
 
     # -------------------------------------------------------------------- left-open releases
     def resume(self, pod: PodRecord, node: str) -> tuple[str, list[Effect]]:

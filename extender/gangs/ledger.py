@@ -95,6 +95,7 @@ class GangLedger:
             eviction_room=eviction_room, problem=preemption_problem)
         self.view = LedgerView(registry, placement, waitlist, admission, queue, preemption_part, settings, clock)
         self._ordering = False  # inside a pass over the gangs ahead: admitting one starts no other pass
+        mirror.listen(self)  # members bound by another binder, members gone
 
     def _apply(self, decision: Decision | Iterable[Effect]) -> Verdict | None:
         return self.registry.apply(decision)
@@ -117,6 +118,17 @@ class GangLedger:
     def domain_of(self, gang: GangKey) -> Domain | None:
         with self.lock:
             return self.placement.domain_of(gang)
+
+    # ------------------------------------------------------------------ the mirror's listener
+    def member_bound(self, pod: PodRecord) -> None:
+        """The mirror saw gang member ``pod`` bound by another binder (called under its lock)."""
+        with self.lock:
+            self._apply(self.barrier.member_bound(pod))
+
+    def member_gone(self, pod: PodRecord) -> None:
+        """The mirror saw gang member ``pod`` deleted, re-created or finished (called under its lock)."""
+        with self.lock:
+            self._apply(self.barrier.member_gone(pod))
 
     # ------------------------------------------------------------------------------ filter
     def filter_gate(self, facts: PodFacts, pod: PodRecord | None, names: list[str],

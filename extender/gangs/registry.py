@@ -3,13 +3,13 @@
 Owns: the record of every gang the ledger acts for (``GangRecord``) and the subset that may have work
 for the clock or the queue (``busy``, kept so that per-request walks do not grow with every gang ever
 seen); when the next thing a sweep acts on falls due (``due_by``); the gangs another binder bound a
-member of (from the mirror's ``notify_member_bound``, which also takes that member's reserved slot); the
-members of a release a previous leader left open (``approved``); the work queued for the engine (quorums
-to bind, evictions: ``take_work``); the counters; and ``apply``, the only code that changes what a
-record holds (its reservation and holds) and, in the same step, the mirror's view of it (the reserved
-capacity, the pods assumed on nodes), the threads waiting on holds, and what users are told (through the
-callbacks it is given: Events, wake-ups, status). Must not: decide anything, call the API server or
-block (the callbacks only queue).
+member of (``note_bound``, for the filter-gated mode to follow); the members of a release a previous
+leader left open (``approved``); the work queued for the engine (quorums to bind, evictions:
+``take_work``); the counters; and ``apply``, the only code that changes what a record holds (its
+reservation and holds) and, in the same step, the mirror's view of it (the reserved capacity, the pods
+assumed on nodes), the threads waiting on holds, and what users are told (through the callbacks it is
+given: Events, wake-ups, status). Must not: decide anything, call the API server or block (the callbacks
+only queue).
 """
 
 from __future__ import annotations
@@ -75,7 +75,6 @@ class GangRegistry:
         self._work_lock = threading.Lock()  # its own: the engine takes the work without the mirror's lock
         self._releases: list[Release] = []
         self._evictions: list[EvictionOrder] = []
-        mirror.notify_member_bound(self._member_bound)
 
     # ----------------------------------------------------------------------------- the records
     def get(self, gang: GangKey) -> GangRecord | None:
@@ -129,15 +128,9 @@ class GangRegistry:
         self._next_due = when
 
     # ------------------------------------------------------------------- what others tell it
-    def _member_bound(self, pod: PodRecord) -> None:
-        """The mirror saw gang member ``pod`` bound by another binder: it takes a reserved place (once)."""
-        assert pod.gang is not None
-        record = self._records.get(pod.gang)
-        if record is None:
-            return
-        if record.reservation is not None:
-            self._reserve(record, record.reservation.using(pod.node_name, pod.requests))
-        self._bound.add(pod.gang)
+    def note_bound(self, gang: GangKey) -> None:
+        """Another binder bound a member of ``gang`` (``take_bound_gangs`` hands it to the bind mode)."""
+        self._bound.add(gang)
 
     def take_bound_gangs(self) -> set[GangKey]:
         """Gangs another binder bound a member of since the last call."""

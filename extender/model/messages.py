@@ -707,3 +707,20 @@ def pod_not_in_snapshot(namespace: str, name: str) -> str:
 
 def node_not_in_snapshot(node: str) -> str:
     return f"node {node} is not in the snapshot"
+
+
+# ------------------------------------------------------------------- members that go away
+def held_member_gone(pod: PodRecord) -> str:
+    return (f"pod {_pod(pod)} (uid {pod.uid}) was deleted, re-created or finished while its bind was held at its "
+            "gang's barrier: it no longer counts toward the quorum")
+
+
+def held_members_gone(count: int) -> str:
+    return (f"{count} held member(s) were deleted, re-created or finished before the quorum was released: the gang "
+            "waits for members that exist")
+
+
+def release_partly_bound(gang: GangKey, bound: int, released: int, error: str) -> str:
+    return (f"gang {gang} is partly bound: {bound} of the {released} members released together were bound and the "
+            f"API server refused the rest ({error}); a Binding cannot be undone, so the refused members keep their "
+            "reserved places and are bound when kube-scheduler retries them (or the pods that replace them come)")

@@ -10,8 +10,9 @@ Each scenario returns a dict of figures; the callers assert on them.
   503 while a watch is broken and 200 once relisted; the waiting gangs then complete.
 - ``bind_refused_mid_gang``: a ValidatingAdmissionPolicy denies ``pods/binding`` for one member of a
   gang at the moment the quorum is released; the refusal must be reported (Event ``GangBindFailed``,
-  metric ``gang_extender_gangs_bind_errors_total``), the other members stay bound, and the refused one
-  binds once the policy is lifted.
+  metric ``gang_extender_gangs_bind_errors_total``), the gang told partly bound (Event
+  ``GangPartiallyBound``, metric ``gang_extender_gangs_partially_bound_total``), the other members stay
+  bound, and the refused one binds once the policy is lifted.
 """
 
 from __future__ import annotations
@@ -371,6 +372,7 @@ def bind_refused_mid_gang(cp: ControlPlane, ext: Extender, ns: str, *, log: Log)
     create(cp, DENY_POLICY, DENY_BINDING)
     wait_for(lambda: _policy_enforced(cp, ns), timeout=30, what="the ValidatingAdmissionPolicy to deny bindings")
     errors_before = ext.metrics().get("gang_extender_gangs_bind_errors_total", 0)
+    partial_before = ext.metrics().get("gang_extender_gangs_partially_bound_total", 0)
     spec = pod_spec(cpu="1", selector=selector)
     annotations = {ANNOTATION_GROUP: "r", ANNOTATION_MIN: "4"}
     names = ["r-0", "r-1", "r-2", "r-3-refused"]
@@ -381,6 +383,8 @@ def bind_refused_mid_gang(cp: ControlPlane, ext: Extender, ns: str, *, log: Log)
         bound_while_denied = sorted(bound(cp, ns))
         failed_events = events(cp, ns, "GangBindFailed")
         bind_errors = ext.metrics().get("gang_extender_gangs_bind_errors_total", 0) - errors_before
+        partial_metric = ext.metrics().get("gang_extender_gangs_partially_bound_total", 0) - partial_before
+        partial_events = events(cp, ns, "GangPartiallyBound")
         cp.request("DELETE", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/e2e-deny-binding")
         cp.request("DELETE", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/e2e-deny-binding")
         lifted = time.monotonic()
@@ -393,6 +397,8 @@ def bind_refused_mid_gang(cp: ControlPlane, ext: Extender, ns: str, *, log: Log)
         "event_example": failed_events[0]["message"] if failed_events else "",
         "event_pods": sorted({e["involvedObject"]["name"] for e in failed_events}),
         "bind_errors_metric": bind_errors,
+        "partially_bound_metric": partial_metric,
+        "partially_bound_events": [e["message"] for e in partial_events],
         "members_bound_at_the_end": len(final),
         "seconds_to_complete_after_policy_removed": round(completed_after, 1),
         "pods_on_two_nodes": sorted(p for p in final if len({s.get(p) for _, s in sampler.samples} - {None}) > 1),

@@ -93,5 +93,9 @@ def test_binding_refused_at_quorum_is_reported_and_retried(cluster: dict[str, An
     assert figures["bound_while_denied"] == ["r-0", "r-1", "r-2"], figures  # a Binding cannot be undone
     assert figures["event_pods"] == ["r-3-refused"] and "e2e-deny-binding" in figures["event_example"], figures
     assert figures["bind_errors_metric"] >= 1, figures
+    # the barrier mode left it partly bound (the API server's refusal): told and counted, then finished
+    assert figures["partially_bound_metric"] == 1, figures
+    assert len(figures["partially_bound_events"]) == 1, figures
+    assert "is partly bound: 3 of the 4 members" in figures["partially_bound_events"][0], figures
     assert figures["members_bound_at_the_end"] == 4 and figures["pods_on_two_nodes"] == [], figures
     assert figures["overcommitted_nodes"] == [], figures

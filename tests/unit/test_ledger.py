@@ -142,6 +142,15 @@ def test_released_with_errors_forgets_failed_members(w: World) -> None:
     assert w.events.of("GangBindFailed") == [(("a-1",), "Warning", "GangBindFailed",
                                               "gang default/a: no; members already bound stay bound (a Binding "
                                               "cannot be undone) and kube-scheduler retries this one")]
+    # Issue 26, finding 4: the barrier mode can be left partly bound too (the API server refused a Binding
+    # after its siblings'): told on the gang and counted (the GangExtenderGangsPartiallyBound alert), then
+    # finished: the refused member keeps its place until kube-scheduler retries it.
+    assert w.events.of("GangPartiallyBound") == [(("a-0", "a-1"), "Warning", "GangPartiallyBound", (
+        "gang default/a is partly bound: 1 of the 2 members released together were bound and the API server "
+        "refused the rest (no); a Binding cannot be undone, so the refused members keep their reserved places "
+        "and are bound when kube-scheduler retries them (or the pods that replace them come)"))]
+    assert w.ledger.view.counters()["partially_bound"] == 1
+    assert slots_of(w.ledger, gang) == (("n2", dict(a[1].requests)),)
 
 
 def test_members_past_quorum_and_during_release_bind_now(w: World) -> None:
@@ -512,3 +521,46 @@ def test_a_filter_sweep_walks_only_when_something_falls_due(w: World) -> None:
     assert len(walked) == 3
     sweep(0.2)
     assert len(walked) == 4  # the held bind's answer was due first
+
+
+# ------------------------------------------------------------------ members gone while held
+def test_a_held_member_that_is_deleted_is_answered_at_once_and_no_longer_counts(w: World) -> None:
+    """Issue 26, finding 1: the quorum counted a deleted member's hold, and the release bound the others
+    while its Binding failed. Gang of 3: m0 and m1 held, m0 deleted, m2 binds: m2 waits."""
+    a = w.gang("a", 3, min_count=3, cpu="1")
+    policy = GangPolicy(3)
+    assert w.ledger.admit(key(a[0]), policy) == PASS
+    first = w.ledger.on_bind(a[0], "n1", policy).hold
+    assert first is not None and w.ledger.on_bind(a[1], "n2", policy).action is BindAction.WAIT
+    w.mirror.delete_pod(a[0].uid)
+    assert first.answered and first.result == (
+        f"pod default/a-0 (uid {a[0].uid}) was deleted, re-created or finished while its bind was held at its "
+        "gang's barrier: it no longer counts toward the quorum")
+    assert w.ledger.view.held_count() == 1
+    assert len(slots_of(w.ledger, key(a[0]))) == 2, "its place goes back to the reservation for a replacement"
+    assert w.ledger.on_bind(a[2], "n3", policy).action is BindAction.WAIT  # 2 of 3: no release
+
+
+def test_a_held_member_re_created_under_its_name_counts_once_with_its_new_uid(w: World) -> None:
+    """A Job, JobSet or StatefulSet controller replaces a pod under the same name: the old pod's hold is
+    answered, the new one holds on its own, and the quorum completes only when the third member arrives."""
+    a = w.gang("a", 3, min_count=3, cpu="1")
+    policy = GangPolicy(3)
+    assert w.ledger.admit(key(a[0]), policy) == PASS
+    old = w.ledger.on_bind(a[0], "n1", policy).hold
+    assert old is not None and w.ledger.on_bind(a[1], "n2", policy).action is BindAction.WAIT
+    again = w.add(pod("a-0", uid="a-0-again", cpu="1", pod_group="a"))  # deleted and re-created, a new uid
+    assert old.answered and "no longer counts" in (old.result or "")
+    assert w.ledger.on_bind(again, "n1", policy).action is BindAction.WAIT  # {m1, new m0}: 2 of 3
+    last = w.ledger.on_bind(a[2], "n3", policy)
+    assert last.action is BindAction.RELEASE
+    assert sorted(h.pod.uid for h in last.holds) == sorted([a[1].uid, "a-0-again", a[2].uid])
+
+
+def test_a_held_member_that_finishes_or_is_being_deleted_no_longer_counts(w: World) -> None:
+    a = w.gang("a", 2, min_count=2, cpu="1")
+    policy = GangPolicy(2)
+    held = w.ledger.on_bind(a[0], "n1", policy).hold
+    assert held is not None
+    w.add(pod("a-0", uid=a[0].uid, cpu="1", pod_group="a", phase="Failed"))
+    assert held.answered and w.ledger.on_bind(a[1], "n2", policy).action is BindAction.WAIT

@@ -395,6 +395,17 @@ FUNCTIONS = [
          "server's limit (262144)"),
     says("pod_not_in_snapshot", ("ml", "worker-0"), "pod ml/worker-0 is not in the snapshot"),
     says("node_not_in_snapshot", ("n9",), "node n9 is not in the snapshot"),
+    says('held_member_gone', (POD,),
+         'pod ml/worker-0 (uid uid-0) was deleted, re-created or finished while its bind was held at its '
+         "gang's barrier: it no longer counts toward the quorum"),
+    says('held_members_gone', (2,),
+         '2 held member(s) were deleted, re-created or finished before the quorum was released: the gang '
+         'waits for members that exist'),
+    says('release_partly_bound', (GANG, 3, 4, "binding pod ml/worker-3 to n4 failed: pods \"worker-3\" not found"),
+         'gang ml/train is partly bound: 3 of the 4 members released together were bound and the API '
+         'server refused the rest (binding pod ml/worker-3 to n4 failed: pods "worker-3" not found); a '
+         'Binding cannot be undone, so the refused members keep their reserved places and are bound when '
+         'kube-scheduler retries them (or the pods that replace them come)'),
 ]
 
 COVERED = {
@@ -437,6 +448,8 @@ COVERED = {
     "EVICTOR_NOT_LEADING", "priority_differs_from_group", "member_priorities_differ", "eviction_outcome",
     "several_budgets", "budget_not_computed", "budget_exceeded", "intent_not_leader", "intent_not_written",
     "intents_too_large", "lease_annotations_too_large", "pod_not_in_snapshot", "node_not_in_snapshot",
+    'held_member_gone', 'held_members_gone',
+    'release_partly_bound',
 }
 """Every public name of ``messages`` the tables above test (a new message needs a row there and a name here)."""
 
