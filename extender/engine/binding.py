@@ -131,7 +131,9 @@ class Binding:
         return ""
 
     def _release(self, gang: GangKey, holds: Sequence[Hold]) -> None:
-        """Bind a released quorum: written down first, so a crash halfway is finished on restart."""
+        """Bind a released quorum: written down first, so a crash halfway is finished on restart. How long
+        it took goes to the ledger (the time the next releases need left on their holds)."""
+        started = self.clock()
         release_id = 0
         if self.release_log is not None:
             try:
@@ -144,6 +146,7 @@ class Binding:
                 return
         try:
             errors = list(self._bind_pool.map(self._bind_held, holds))
+            self.ledger.release_took(self.clock() - started)
             self.ledger.released(gang, list(zip(holds, errors, strict=True)))
         finally:
             if self.release_log is not None:

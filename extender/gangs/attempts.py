@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 
 from extender.gangs.effects import Answer, Count, Effect, Publish, Reserve, Tell, WakeBlocked
+from extender.gangs.latency import ReleaseLatency
 from extender.gangs.placement import GangPlacement
 from extender.gangs.record import Attempt, GangRecord, Hold, Purpose, Reservation
 from extender.gangs.settings import GangSettings
@@ -33,11 +34,14 @@ MAX_AVOIDED = 10_000
 class Attempts:
     """The shared steps: reset, recycle, release or abort, end a drain, judge the offers."""
 
-    def __init__(self, placement: GangPlacement, settings: GangSettings, clock: Callable[[], float]) -> None:
+    def __init__(self, placement: GangPlacement, settings: GangSettings, clock: Callable[[], float],
+                 latency: ReleaseLatency | None = None) -> None:
+        """``latency``: the recent releases' durations, for the time a release needs left on each hold."""
         self.placement = placement
         self.mirror = placement.mirror
         self.settings = settings
         self.clock = clock
+        self.latency = latency or ReleaseLatency(settings.hold_seconds / 2)
 
     def reset(self, record: GangRecord) -> list[Effect]:
         """End the attempt: a fresh attempt and no slot reserved; capacity it held wakes the blocked pods. A
@@ -87,22 +91,24 @@ class Attempts:
     def may_release(self, record: GangRecord, waiting: list[Hold], now: float,
                     arriving: Hold | None = None) -> tuple[bool, list[Effect], str]:
         """Whether the complete quorum ``waiting`` may be bound now: every counted member is alive with its
-        held uid (a hold of one that is gone is answered and the gang waits: it is not complete), every
-        hold has time left (the overdue ones, never the bind ``arriving`` now, are answered with a retry
-        and the gang waits for them) and every member still fits where it is held (otherwise the release
-        is aborted: nothing is bound, the gang is planned again). Marks the holds ``releasing`` when it
-        may. Returns (may, the effects, the message every hold was answered with when the release was
-        aborted, else "")."""
+        held uid (a hold of one that is gone is answered and the gang waits: it is not complete); every
+        hold has time left for writing the release down and every Binding (``ReleaseLatency.margin``:
+        otherwise all of the gang's holds, ``arriving`` too, are answered with a retry together, so they
+        come back together); and every member still fits where it is held (otherwise the release is
+        aborted: nothing is bound, the gang is planned again). Marks the holds ``releasing`` when it may.
+        Returns (may, the effects, the message the holds were answered with when all of them were, else
+        "")."""
         gone = [h for h in waiting if not self.alive(h)]
         if gone:
             effects = self.drop_holds(record, gone, messages.held_members_gone(len(gone)))
             record.last_message = messages.held_members_gone(len(gone))
             return False, effects, ""
-        overdue = [h for h in waiting if h is not arriving and now >= h.answer_by]
-        if overdue:
-            effects = self.recycle(record, overdue, now)
-            record.last_message = messages.quorum_overdue(len(overdue))
-            return False, effects, ""
+        margin = self.latency.margin()
+        late = [h for h in waiting if now + margin >= h.answer_by]
+        if late:
+            message = messages.quorum_too_late(record.key, len(late), margin)
+            record.last_message = message
+            return False, self.recycle(record, waiting, now, message), message
         problem = self.placement.release_problem(waiting)
         if problem:
             message = messages.release_aborted(record.key, problem)

@@ -109,14 +109,14 @@ class Barrier:
         return Arrival(BindDecision(BindAction.WAIT, hold=hold, effects=tuple(effects)))
 
     def complete(self, record: GangRecord, hold: Hold) -> BindDecision:
-        """The quorum is complete with ``hold`` (the hold recorded): release it, or wait for overdue holds
-        to come back, or (the release aborted, ``hold`` answered) reject it."""
+        """The quorum is complete with ``hold`` (the hold recorded): release it; or (every hold answered: the
+        release aborted, or too little time left on some) reject it; or (a member gone) wait."""
         waiting = record.waiting()
-        may, effects, aborted = self.attempts.may_release(record, waiting, self.clock(), arriving=hold)
+        may, effects, answered = self.attempts.may_release(record, waiting, self.clock(), arriving=hold)
         if may:
             return BindDecision(BindAction.RELEASE, hold=hold, holds=waiting)
-        if aborted:
-            return BindDecision(BindAction.REJECT, error=aborted, effects=tuple(effects))
+        if answered:
+            return BindDecision(BindAction.REJECT, error=answered, effects=tuple(effects))
         return BindDecision(BindAction.WAIT, hold=hold, effects=tuple(effects))
 
     # -------------------------------------------------------------------------- outcomes

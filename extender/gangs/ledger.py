@@ -27,6 +27,7 @@ from extender.gangs.barrier import Barrier, BindAction, BindDecision
 from extender.gangs.domains import Domain
 from extender.gangs.effects import Decision, Effect, Publish, Release, Tell, Work
 from extender.gangs.expiry import Expiry
+from extender.gangs.latency import ReleaseLatency
 from extender.gangs.placement import GangPlacement
 from extender.gangs.policies import PolicyChanges
 from extender.gangs.preemption import Budgets, GangPreemption
@@ -83,7 +84,8 @@ class GangLedger:
         self.registry = registry = GangRegistry(mirror, waitlist, on_event=on_event, on_wake=on_wake,
                                                 on_status=on_status)
         self.placement = placement = GangPlacement(mirror, registry.get)
-        self.attempts = attempts = Attempts(placement, settings, clock)
+        self.latency = ReleaseLatency(settings.hold_seconds / 2)
+        self.attempts = attempts = Attempts(placement, settings, clock, self.latency)
         self.mode = mode = bind_mode(registry, placement, attempts, settings, clock)
         self.admission = admission = Admission(registry, placement, waitlist, settings, clock)
         self.barrier = Barrier(registry, placement, attempts, settings, clock)
@@ -355,6 +357,11 @@ class GangLedger:
         """Outcome of binding a released quorum: every hold answered, the reservation released."""
         with self.lock:
             self._apply(self.barrier.released(gang, outcomes))
+
+    def release_took(self, seconds: float) -> None:
+        """The engine bound a release (written down, then every Binding) in ``seconds``: the margin the next
+        releases need left on their holds follows it (``ReleaseLatency``)."""
+        self.latency.observe(seconds)
 
     def unrelease(self, gang: GangKey, holds: list[Hold], message: str) -> None:
         """A release that may not start (its intent could not be written down): its holds answered with a

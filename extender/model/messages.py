@@ -398,11 +398,6 @@ def still_gathering(gang: GangKey, placed: int, min_count: int, since_last_new: 
             "keeps its reserved place and kube-scheduler retries it")
 
 
-def quorum_overdue(holds: int) -> str:
-    return (f"quorum reached but {holds} hold(s) had no time left before kube-scheduler's timeout; waiting for "
-            "them to come back")
-
-
 def release_aborted(gang: GangKey, problem: str) -> str:
     return (f"gang {gang} was not released: {problem}; nothing of the gang was bound, its reservation is dropped "
             "and it is planned again when kube-scheduler retries its members")
@@ -724,3 +719,9 @@ def release_partly_bound(gang: GangKey, bound: int, released: int, error: str) -
     return (f"gang {gang} is partly bound: {bound} of the {released} members released together were bound and the "
             f"API server refused the rest ({error}); a Binding cannot be undone, so the refused members keep their "
             "reserved places and are bound when kube-scheduler retries them (or the pods that replace them come)")
+
+
+def quorum_too_late(gang: GangKey, late: int, margin: float) -> str:
+    return (f"gang {gang} reached its quorum but {late} hold(s) had less than {margin:.1f}s left before "
+            "kube-scheduler's timeout, the time a release needs to be written down and bound: all of its held "
+            "binds are answered together and come back together; each keeps its reserved place")

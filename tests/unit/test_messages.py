@@ -244,9 +244,6 @@ FUNCTIONS = [
     says("still_gathering", (GANG, 5, 8, 12.3),
          "gang ml/train is still gathering members (5/8 placed, the last new one 12s ago): its held binds are "
          "answered before kube-scheduler's httpTimeout; each keeps its reserved place and kube-scheduler retries it"),
-    says("quorum_overdue", (2,),
-         "quorum reached but 2 hold(s) had no time left before kube-scheduler's timeout; waiting for them to come "
-         "back"),
     says("release_aborted", (GANG, "node node-a no longer exists"),
          "gang ml/train was not released: node node-a no longer exists; nothing of the gang was bound, its "
          "reservation is dropped and it is planned again when kube-scheduler retries its members"),
@@ -406,6 +403,10 @@ FUNCTIONS = [
          'server refused the rest (binding pod ml/worker-3 to n4 failed: pods "worker-3" not found); a '
          'Binding cannot be undone, so the refused members keep their reserved places and are bound when '
          'kube-scheduler retries them (or the pods that replace them come)'),
+    says('quorum_too_late', (GANG, 2, 1.0),
+         "gang ml/train reached its quorum but 2 hold(s) had less than 1.0s left before kube-scheduler's "
+         'timeout, the time a release needs to be written down and bound: all of its held binds are '
+         'answered together and come back together; each keeps its reserved place'),
 ]
 
 COVERED = {
@@ -432,7 +433,7 @@ COVERED = {
     "unit_pod", "unit_member", "unit_gang", "victims_exceed_budget", "eviction_rate_full", "preempting",
     "victims_pending", "evictions_failed", "no_victims", "units_not_lower", "units_not_evictable",
     "units_on_unusable_nodes", "victims_not_enough", "rate_bound_no_room", "preempted_by",
-    "already_held", "bind_too_late", "holding", "still_gathering", "quorum_overdue", "release_aborted",
+    "already_held", "bind_too_late", "holding", "still_gathering", "release_aborted",
     "member_node_gone", "member_no_longer_fits", "member_node_overcommitted", "node_unknown_at_bind", "does_not_fit",
     "no_room_left", "outside_domain", "release_partly_failed", "bind_failed", "bound_together",
     "released_after_policy_change", "already_bound", "release_resumed_by_leader", "release_resumed_after_restart",
@@ -450,6 +451,7 @@ COVERED = {
     "intents_too_large", "lease_annotations_too_large", "pod_not_in_snapshot", "node_not_in_snapshot",
     'held_member_gone', 'held_members_gone',
     'release_partly_bound',
+    'quorum_too_late',
 }
 """Every public name of ``messages`` the tables above test (a new message needs a row there and a name here)."""
 

@@ -35,6 +35,7 @@ from tests.builders import (
     make_engine,
     node,
     pod,
+    slots_of,
 )
 
 NODES4 = ["n1", "n2", "n3", "n4"]
@@ -136,9 +137,29 @@ def test_a_quorum_is_not_released_with_a_hold_out_of_time(h: Harness) -> None:
     early = [h.ledger.on_bind(r, n, policy) for r, n in zip(records[:3], NODES4, strict=False)]  # type: ignore[arg-type]
     h.clock.advance(29.5)  # overdue, but no sweep has answered them yet
     last = h.ledger.on_bind(records[3], "n4", policy)  # type: ignore[arg-type]
-    assert last.action is BindAction.WAIT, "no Binding may be sent for a request kube-scheduler gave up on"
-    assert all(d.hold is not None and d.hold.answered and "gathering" in (d.hold.result or "") for d in early)
+    assert last.action is BindAction.REJECT, "no Binding may be sent for a request kube-scheduler gave up on"
+    assert "all of its held binds are answered together" in last.error
+    assert all(d.hold is not None and d.hold.answered and d.hold.result == last.error for d in early)
     assert h.binder.calls == []
+
+
+def test_a_quorum_is_not_released_with_a_hold_that_has_too_little_time_left_for_the_release(h: Harness) -> None:
+    """Issue 26, finding 2: a hold counted as overdue only at its answer-by time, so a release could start
+    with 0.1 s left on one hold, spend 0.7 s writing its intent, skip that member and bind the others. A
+    release starts only with the margin the recent releases needed left on every hold (twice the slowest),
+    else the gang's holds are all answered and come back together."""
+    a = gang(h)
+    records = [h.mirror.pod("default", m["metadata"]["name"]) for m in a]
+    policy = h.mirror.gang_policy(records[0].gang)[1]  # type: ignore[union-attr,arg-type]
+    h.ledger.release_took(0.7)  # the last release took 0.7 s: the margin is 1.4 s
+    early = [h.ledger.on_bind(r, n, policy) for r, n in zip(records[:3], NODES4, strict=False)]  # type: ignore[arg-type]
+    h.clock.advance(27.7)  # 1.3 s left on the first three: not enough
+    last = h.ledger.on_bind(records[3], "n4", policy)  # type: ignore[arg-type]
+    assert last.action is BindAction.REJECT and "less than 1.4s left" in last.error
+    assert all(d.hold is not None and d.hold.answered for d in early) and h.ledger.view.held_count() == 0
+    assert len(slots_of(h.ledger, records[0].gang)) == 4  # type: ignore[arg-type]  # every place kept
+    again = [h.ledger.on_bind(r, n, policy) for r, n in zip(records, NODES4, strict=True)]  # type: ignore[arg-type]
+    assert again[-1].action is BindAction.RELEASE  # back together: full time left
 
 
 def test_the_answer_margin_bounds_each_binding_of_a_release(h: Harness) -> None:
