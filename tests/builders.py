@@ -302,6 +302,9 @@ class Reserved:
     def member_gone(self, pod: PodRecord) -> None:
         pass
 
+    def member_added(self, pod: PodRecord) -> None:
+        pass
+
     def member_bound(self, pod: PodRecord) -> None:  # a member bound by another binder takes a reserved place
         assert pod.gang is not None
         if self.slots.get(pod.gang):

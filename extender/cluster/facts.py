@@ -25,6 +25,13 @@ class PodFacts:
         self.raw = raw
 
     @functools.cached_property
+    def uid(self) -> str:
+        """The pod's uid as its record has it (``namespace/name`` for a pod without one)."""
+        metadata = self.raw.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        return str(metadata.get("uid") or f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '')}")
+
+    @functools.cached_property
     def link(self) -> PodLink | None:
         """The pod's gang link (raises GroupError for a malformed one)."""
         return pod_link(self.raw)

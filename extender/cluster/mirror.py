@@ -40,6 +40,9 @@ from extender.model.quantity import CPU, Resources
 CHANGE_LOG_SIZE = 8192
 """How many node changes a cache may lag behind and still refresh incrementally."""
 
+MAX_AWAITED = 1024
+"""Pods waited for at once (``wait_for_pod``)."""
+
 
 class MemberListener(Protocol):
     """Who the mirror tells, under its lock, of the gang members whose change a gang's record must follow."""
@@ -51,9 +54,15 @@ class MemberListener(Protocol):
         """``pod`` (as it was) is gone: deleted, re-created under its name with a new uid, finished or being
         deleted."""
 
+    def member_added(self, pod: PodRecord) -> None:
+        """``pod``, a gang member the mirror had not seen, was added."""
+
 
 class _NoListener:
     def member_bound(self, pod: PodRecord) -> None:
+        pass
+
+    def member_added(self, pod: PodRecord) -> None:
         pass
 
     def member_gone(self, pod: PodRecord) -> None:
@@ -77,6 +86,7 @@ class ClusterMirror:
         self._used: dict[str, Resources] = {}  # node -> requests of the pods placed there; replaced, never changed
         self._free_cpu: dict[str, int] = {}  # known node -> allocatable cpu less its _used cpu
         self._members_listener: MemberListener = _NoListener()  # ``listen``
+        self._awaited: dict[str, threading.Event] = {}  # uid -> set when that pod is upserted (``wait_for_pod``)
         self._members: dict[GangKey, set[str]] = {}
         self._tried: dict[str, GangKey] = {}  # unbound gang members kube-scheduler found no node for
         self._groups = GroupIndex()  # group objects, the gang policies they define, their changes
@@ -201,6 +211,12 @@ class ClusterMirror:
             self._account(record, +1)
             if old is not None and old.gang is not None and not old.terminal and record.terminal:
                 self._members_listener.member_gone(old)  # finished, or being deleted
+            elif old is None and record.gang is not None and not record.terminal:
+                self._members_listener.member_added(record)
+            if self._awaited:
+                awaited = self._awaited.pop(record.uid, None)
+                if awaited is not None:
+                    awaited.set()
             return record
 
     def delete_pod(self, uid: str) -> None:
@@ -226,6 +242,21 @@ class ClusterMirror:
 
     def pod_by_uid(self, uid: str) -> PodRecord | None:
         return self._pods.get(uid)
+
+    def wait_for_pod(self, uid: str, timeout: float) -> PodRecord | None:
+        """The pod ``uid``, waiting up to ``timeout`` seconds for the pod watch to deliver it (do not hold the
+        lock when calling this); None if it has not come. At most ``MAX_AWAITED`` uids are waited for at
+        once (beyond that: no wait)."""
+        with self.lock:
+            pod = self._pods.get(uid)
+            if pod is not None or timeout <= 0 or (uid not in self._awaited and len(self._awaited) >= MAX_AWAITED):
+                return pod
+            event = self._awaited.setdefault(uid, threading.Event())
+        event.wait(timeout)
+        with self.lock:
+            if self._awaited.get(uid) is event:
+                del self._awaited[uid]
+            return self._pods.get(uid)
 
     def placement(self, uid: str) -> str:
         """The node a pod is bound or assumed to, or ""."""

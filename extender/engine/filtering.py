@@ -48,6 +48,10 @@ make a reply of hundreds of MB from a 4 MiB request."""
 
 MIN_MESSAGE = 80
 
+UNSEEN_WAIT_SECONDS = 0.1
+"""How long a filter of a gang member the pod watch has not delivered yet waits for it (kube-scheduler's own
+informer is often a few milliseconds ahead); kube-scheduler's scheduling cycle waits that long too."""
+
 
 
 class Filtering:
@@ -59,6 +63,7 @@ class Filtering:
         self.ledger = ledger
         self.waitlist = waitlist
         self.steered = 0  # filter requests answered with the nodes of the member's own reservation
+        self.unseen = 0  # filter requests of gang members the pod watch had not delivered yet
 
     def filter(self, args: FilterArgs) -> FilterResult:
         """The answer (what the ledger's sweep left to do outside the lock is queued in the ledger)."""
@@ -68,10 +73,14 @@ class Filtering:
         except GroupError as exc:
             return _all_failed(args.node_names, Verdict(Code.WAIT_UNRESOLVABLE, messages.invalid_gang(exc)))
         key = facts.signature
+        if linked:
+            request_record(facts)  # a malformed member is a bad request (400), as ever
+        known = self.mirror.pod_by_uid(facts.uid)
+        if known is None and linked:  # kube-scheduler's informer saw the pod before the extender's watch did
+            self.unseen += 1
+            known = self.mirror.wait_for_pod(facts.uid, UNSEEN_WAIT_SECONDS)
         with self.mirror.lock:
-            # only gang members need the full record before the cache lookup
-            gate = self.ledger.filter_gate(facts, request_record(facts) if linked else None, args.node_names,
-                                           FILTER_SWEEP_INTERVAL)
+            gate = self.ledger.filter_gate(facts, known, linked, args.node_names, FILTER_SWEEP_INTERVAL)
             if not gate.verdict.passes:
                 return _all_failed(args.node_names, gate.verdict)
             if gate.steered:
@@ -81,8 +90,8 @@ class Filtering:
                 result, entry = self._node_verdicts(args, facts, gate, key)
             if gate.domain is not None and gate.allowed is not None:
                 result = _within_domain(result, gate.domain, gate.allowed, gate.gang)
-            if not result.feasible:
-                self.waitlist.block(request_record(facts))
+            if not result.feasible and known is not None:  # woken when capacity frees (only pods that exist)
+                self.waitlist.block(known)
         if entry is not None and key is not None:
             self.cache.put(key, entry)
         return result

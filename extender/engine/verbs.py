@@ -53,6 +53,11 @@ class Engine:
         """Filter requests answered with the nodes of the member's own reservation."""
         return self.filtering.steered
 
+    @property
+    def unseen(self) -> int:
+        """Filter requests of gang members the pod watch had not delivered yet."""
+        return self.filtering.unseen
+
     def close(self, wait: bool = False) -> None:
         self.binding.close(wait)
 

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 
 from extender.cluster.facts import PodFacts
 from extender.cluster.mirror import ClusterMirror
+from extender.cluster.records import pod_placement
 from extender.cluster.verdicts import FIT_RESERVED, bounded, check_node_names, node_verdict
 from extender.gangs import bind_modes
 from extender.gangs.admission import Admission
 from extender.gangs.attempts import Attempts
 from extender.gangs.barrier import Barrier, BindAction, BindDecision
 from extender.gangs.domains import Domain
-from extender.gangs.effects import Decision, Effect, Publish, Release, Tell, Work
+from extender.gangs.effects import Decision, Effect, Publish, Release, Tell, Wake, Work
 from extender.gangs.expiry import Expiry
 from extender.gangs.latency import ReleaseLatency
 from extender.gangs.placement import GangPlacement
@@ -132,15 +133,31 @@ class GangLedger:
         with self.lock:
             self._apply(self.barrier.member_gone(pod))
 
+    def member_added(self, pod: PodRecord) -> None:
+        """The mirror saw a new gang member (called under its lock): one a filter came for before it was
+        seen is woken, to be tried again at once."""
+        with self.lock:
+            if self.waitlist.take_unseen(pod.uid):
+                self._apply([Wake([pod])])
+
     # ------------------------------------------------------------------------------ filter
-    def filter_gate(self, facts: PodFacts, pod: PodRecord | None, names: list[str],
+    def filter_gate(self, facts: PodFacts, known: PodRecord | None, linked: bool, names: list[str],
                     sweep_interval: float) -> FilterGate:
         """A filter's gang half, one step: the sweep (at most every ``sweep_interval``; what it leaves the
-        engine to do is queued: ``take_work``), then for a gang member (``pod``; None: a pod of no gang) the
-        quorum gate and admission (a member that must wait is remembered to wake and told why), then its
-        own reservation's verdicts on the requested nodes and where the bind mode steers it."""
+        engine to do is queued: ``take_work``), then, for a gang member, the quorum gate and admission (a
+        member that must wait is remembered to wake and told why), then its own reservation's verdicts on
+        the requested nodes and where the bind mode steers it.
+
+        The pod is the mirror's (``known``, found by the request's uid), never the request's: whether it is
+        a gang member, of which gang, what it asks for. A pod the request says is a member (``linked``) but
+        the mirror has not seen is told to come back (its uid remembered, to wake it when the pod watch
+        delivers it), with nothing admitted, reserved, held or written for it."""
         with self.lock:
             self.sweep(sweep_interval, release=True)
+            if known is None and linked:
+                self.waitlist.unseen(facts.uid)
+                return FilterGate(None, Verdict(Code.WAIT_RESOLVABLE, messages.pod_not_seen(facts.uid)))
+            pod = known if known is not None and known.gang is not None else None
             gang, verdict = self.gate(pod) if pod is not None else (None, PASS)
             if pod is None or gang is None:
                 return FilterGate(None, PASS)
@@ -157,7 +174,8 @@ class GangLedger:
                 if record.admitted:
                     record.attempt.filters_seen += 1
                     record.attempt.offered.update(offered)
-                own = {n: node_verdict(self.mirror, n, pod, facts.placement, gang) for n in offered}
+                placement = pod_placement(pod)
+                own = {n: node_verdict(self.mirror, n, pod, placement, gang) for n in offered}
                 steered = sorted((n for n, v in own.items() if v == FIT_RESERVED), key=names.index)
                 if steered:
                     steered = self.mode.steer(record, pod, steered)

@@ -2,9 +2,11 @@
 
 Owns: the pods a filter rejected for want of capacity (woken, all at once, when a reservation is dropped
 and capacity frees: ``take_blocked``), the members a gang rule rejected (woken when their gang is
-admitted: ``take_rejected``), and the last waiting message of a gang the ledger keeps no record for
-(``explain`` shows it). Each is bounded. Must not: decide anything, wake anyone itself (the apply step
-hands what it takes to the waker), or take the lock (its callers hold the mirror's).
+admitted: ``take_rejected``), the uids of gang members filtered before the pod watch delivered them
+(woken when it does: ``take_unseen``), and the last waiting message of a gang the ledger keeps no record
+for (``explain`` shows it). Each is bounded; only pods the mirror has seen are ever kept to be woken.
+Must not: decide anything, wake anyone itself (the apply step hands what it takes to the waker), or take
+the lock (its callers hold the mirror's).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Waitlist:
         self._blocked: dict[str, PodRecord] = {}
         self._rejected: dict[GangKey, set[str]] = {}
         self._messages: dict[GangKey, str] = {}
+        self._unseen: dict[str, None] = {}  # uids, oldest first
 
     def block(self, pod: PodRecord) -> None:
         """``pod`` was rejected for want of capacity: wake it when capacity frees up."""
@@ -36,6 +39,17 @@ class Waitlist:
         rejected = self._rejected.setdefault(gang, set())
         if len(rejected) < MAX_REMEMBERED:
             rejected.add(pod.uid)
+
+    def unseen(self, uid: str) -> None:
+        """A filter came for gang member ``uid`` before the pod watch delivered it: wake it when it does (the
+        oldest is forgotten when too many wait)."""
+        if uid not in self._unseen and len(self._unseen) >= MAX_REMEMBERED:
+            del self._unseen[next(iter(self._unseen))]
+        self._unseen[uid] = None
+
+    def take_unseen(self, uid: str) -> bool:
+        """Whether a filter was refused for ``uid`` before it was seen (and no longer is)."""
+        return self._unseen.pop(uid, 0) is None
 
     def remember(self, gang: GangKey, message: str) -> None:
         """The last waiting message of a gang the ledger keeps no record for."""

@@ -61,6 +61,10 @@ def _filter_metrics(rt: Runtime) -> Iterator[Metric]:
     yield CounterMetricFamily("gang_extender_filter_steered",
                               "Filter requests of gang members answered with the nodes of their gang's "
                               "reservation, without a cache lookup", value=rt.engine.steered)
+    yield CounterMetricFamily("gang_extender_filter_unseen_pods",
+                              "Filter requests of gang members the pod watch had not delivered yet (each waited up to "
+                              "0.1 s for it; one still not seen was told to come back and woken when it came)",
+                              value=rt.engine.unseen)
     flushes = CounterMetricFamily("gang_extender_filter_cache_flushes",
                                   "Cache entries dropped, by reason", labels=["reason"])
     for reason in rt.cache.REASONS:

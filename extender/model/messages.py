@@ -725,3 +725,8 @@ def quorum_too_late(gang: GangKey, late: int, margin: float) -> str:
     return (f"gang {gang} reached its quorum but {late} hold(s) had less than {margin:.1f}s left before "
             "kube-scheduler's timeout, the time a release needs to be written down and bound: all of its held "
             "binds are answered together and come back together; each keeps its reserved place")
+
+
+def pod_not_seen(uid: str) -> str:
+    return (f"pod uid {uid[:64]!r} is not known to gang-extender yet (its pod watch has not delivered it): nothing "
+            "is decided for it until it is; kube-scheduler retries it")

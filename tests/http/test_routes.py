@@ -71,15 +71,22 @@ def test_filter_gang_member_of_incomplete_gang(client: FlaskClient, golden: Gold
     assert response.get_json()["FailedAndUnresolvableNodes"] == dict.fromkeys(NODE_NAMES, GANG_MESSAGE)
 
 
-def test_filter_unseen_fourth_member_completes_the_quorum(client: FlaskClient, app: Flask) -> None:
-    # the scheduler may send a pod before the extender's watch delivers it: it still counts towards quorum
-    body = filter_body(pod("training-worker-3", workloadRef={"name": "training", "podGroup": "workers"}),
-                       ["node-3", "node-1"])
+def test_filter_unseen_fourth_member_decides_nothing_until_the_watch_delivers_it(client: FlaskClient,
+                                                                                app: Flask) -> None:
+    # The scheduler may send a pod before the extender's watch delivers it: the pod is the mirror's, so one it
+    # has not seen is told to come back (retryable), nothing reserved; once seen, it completes the quorum.
+    member = pod("training-worker-3", workloadRef={"name": "training", "podGroup": "workers"})
+    body = filter_body(member, ["node-3", "node-1"])
+    reply = post(client, "filter", body).get_json()
+    mirror = app.extensions["gang_extender"].runtime.mirror
+    gang = next(iter(mirror.gangs()))
+    assert mirror.reservation(gang) == {}
+    assert reply["NodeNames"] == [] and set(reply["FailedNodes"]) == {"node-3", "node-1"}
+    assert "is not known to gang-extender yet" in reply["FailedNodes"]["node-1"]
+    mirror.upsert_pod(member)  # the watch delivers it
     reply = post(client, "filter", body).get_json()
     # admitted: capacity is reserved (first fit, node-1 first) and the member is steered onto it
-    reservation = app.extensions["gang_extender"].runtime.mirror.reservation(
-        next(iter(app.extensions["gang_extender"].runtime.mirror.gangs())))
-    assert sorted(reservation) == ["node-1", "node-2"]
+    assert sorted(mirror.reservation(gang)) == ["node-1", "node-2"]
     assert reply == {"Nodes": None, "NodeNames": ["node-1"], "FailedNodes": {},
                      "FailedAndUnresolvableNodes": {}, "Error": ""}
 
@@ -218,8 +225,9 @@ def test_filter_invalid_gang_annotation_fails_every_node_unresolvably(client: Fl
                      "FailedAndUnresolvableNodes": {"node-1": message, "node-2": message}, "Error": ""}
 
 
-def test_filter_missing_workload_fails_unresolvably(client: FlaskClient) -> None:
+def test_filter_missing_workload_fails_unresolvably(client: FlaskClient, app: Flask) -> None:
     orphan = pod("orphan", workloadRef={"name": "missing", "podGroup": "workers"})
+    app.extensions["gang_extender"].runtime.mirror.upsert_pod(orphan)
     reply = post(client, "filter", filter_body(orphan, ["node-1"])).get_json()
     assert reply["FailedAndUnresolvableNodes"] == {
         "node-1": "waiting for gang default/missing/workers: Workload default/missing pod group 'workers' does not "

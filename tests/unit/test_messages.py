@@ -407,6 +407,9 @@ FUNCTIONS = [
          "gang ml/train reached its quorum but 2 hold(s) had less than 1.0s left before kube-scheduler's "
          'timeout, the time a release needs to be written down and bound: all of its held binds are '
          'answered together and come back together; each keeps its reserved place'),
+    says('pod_not_seen', ("uid-0",),
+         "pod uid 'uid-0' is not known to gang-extender yet (its pod watch has not delivered it): nothing"
+         ' is decided for it until it is; kube-scheduler retries it'),
 ]
 
 COVERED = {
@@ -452,6 +455,7 @@ COVERED = {
     'held_member_gone', 'held_members_gone',
     'release_partly_bound',
     'quorum_too_late',
+    'pod_not_seen',
 }
 """Every public name of ``messages`` the tables above test (a new message needs a row there and a name here)."""
 

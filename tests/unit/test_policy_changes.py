@@ -79,7 +79,9 @@ def test_podgroup_members_wait_at_the_quorum_gate_with_a_status_and_an_event(h: 
 
 
 def test_missing_podgroup_names_the_object(h: Harness) -> None:
-    result = h.engine.filter(filter_args(member(0), NODES4))
+    first = member(0)
+    h.add(first)
+    result = h.engine.filter(filter_args(first, NODES4))
     assert set(result.failed_unresolvable.values()) == {
         "waiting for gang default/pg: PodGroup default/pg does not exist"}
 
