@@ -229,13 +229,16 @@ class Harness:
         self.engine.close(wait=True)  # join the bind threads this test started
 
     def add(self, *objs: Mapping[str, Any]) -> None:
-        """Feed Nodes, Pods, Workloads and PodGroups to the mirror (as the watches would)."""
+        """Feed Nodes, Pods, Workloads and PodGroups to the mirror (as the watches would); a Pod is also what
+        the fake API server answers a read of it with (``FakeBinder.read_pod``)."""
         for obj in objs:
             kind = obj.get("kind")
             if kind == "Node":
                 self.mirror.upsert_node(obj)
             elif kind == "Pod":
                 self.mirror.upsert_pod(obj)
+                metadata = obj["metadata"]
+                self.binder.pods[(metadata.get("namespace") or "default", metadata["name"])] = dict(obj)
             elif kind == "Workload":
                 self.mirror.upsert_group(GroupKind.WORKLOAD, obj)
             elif kind == "PodGroup":
@@ -252,7 +255,7 @@ def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0,
                 filter_gated: bool = False, hold_seconds: float = 29.0, max_held_binds: int | None = None,
                 max_release_members: int | None = None, scheduler_names: frozenset[str] | None = None,
                 may_act: Callable[[], bool] = lambda: True, real_clock: bool = False,
-                lock: Any = None) -> Harness:
+                lock: Any = None, time_left: Callable[[], float] = lambda: float("inf")) -> Harness:
     """Mirror + FilterCache + GangLedger(fake clock, event log) + Engine(fake binder); ``real_clock``: the
     ledger and the engine read ``time.monotonic`` instead (the harness's clock is then not theirs)."""
     clock = clock or FakeClock()
@@ -274,7 +277,7 @@ def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0,
     if bind_to_mirror:
         binder.mirror = mirror
     engine = Engine(mirror, cache, ledger, binder, bind_parallelism=bind_parallelism, clock=now,
-                    release_log=release_log, scheduler_names=scheduler_names, may_act=may_act)
+                    release_log=release_log, scheduler_names=scheduler_names, may_act=may_act, time_left=time_left)
     return Harness(mirror, cache, ledger, engine, binder, clock, events, woken, statuses)
 
 

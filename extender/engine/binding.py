@@ -15,6 +15,7 @@ from the request's arrival; a replica that lost its leadership binds nothing mor
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -42,11 +43,14 @@ class Binding:
     def __init__(self, mirror: ClusterMirror, ledger: GangLedger, binder: Binder,
                  *, bind_parallelism: int = 32, clock: Callable[[], float] = time.monotonic,
                  release_log: ReleaseLog | None = None, scheduler_names: frozenset[str] | None = None,
-                 answer_margin: float = 1.0, may_act: Callable[[], bool] = lambda: True) -> None:
+                 answer_margin: float = 1.0, may_act: Callable[[], bool] = lambda: True,
+                 time_left: Callable[[], float] = lambda: math.inf) -> None:
         """``scheduler_names``: the spec.schedulerName values whose pods may be bound (None: any).
         ``answer_margin``: how long before the caller's timeout a bind is answered (the ledger's
         ``hold_seconds`` is that timeout less this margin); a Binding gets half of it as slack.
-        ``may_act``: whether this replica leads (checked before each Binding of a release)."""
+        ``may_act``: whether this replica leads (checked before each Binding of a release);
+        ``time_left``: for how many more seconds it leads (each Binding's timeout is cut to it, so none
+        is sent or still in flight after its leadership ends)."""
         self.mirror = mirror
         self.ledger = ledger
         self.binder = binder
@@ -55,6 +59,7 @@ class Binding:
         self.scheduler_names = scheduler_names
         self.answer_margin = answer_margin
         self.may_act = may_act
+        self.time_left = time_left
         self.hold_seconds = ledger.settings.hold_seconds
         self._bind_pool = ThreadPoolExecutor(max_workers=max(1, bind_parallelism),
                                              thread_name_prefix="gang-bind")
@@ -114,12 +119,17 @@ class Binding:
 
     def _bind_one(self, pod: PodRecord, node: str, answer_by: float | None = None) -> str:
         """One Binding; with ``answer_by`` it is given up (an error) if it cannot finish within half the
-        answer margin after that moment, so the reply still reaches the caller in time."""
+        answer margin after that moment, so the reply still reaches the caller in time; and in any case
+        if it cannot finish while this replica still leads."""
         timeout = BINDING_TIMEOUT
         if answer_by is not None:
             timeout = answer_by + self.answer_margin / 2 - self.clock()
             if timeout <= 0:
                 return messages.binding_not_attempted_late(pod, node)
+        leading = self.time_left()
+        if leading <= 0:
+            return messages.binding_not_attempted_deposed(pod)
+        timeout = min(timeout, leading)
         try:
             self.binder.bind(pod.namespace, pod.name, pod.uid, node, timeout)
         except BindError as exc:
@@ -167,11 +177,23 @@ class Binding:
         return hold.result or ""
 
     # ------------------------------------------------------------------ releases left open
-    def resume_release(self, release: OpenRelease) -> dict[str, str]:
-        """Finish a release a crash interrupted: bind each listed member (namespace, name, uid, node) that is
-        still pending, is the same pod (uid) and still has room on its node; a member that needs volume or
-        claim preparation is not bound here (kube-scheduler's attempt that prepared it is gone) but passes
-        the barrier at its next bind. Returns ``namespace/name`` -> "" (bound now) or why not."""
+    def resume_release(self, release: OpenRelease) -> dict[str, str] | None:
+        """Finish or abandon a release a crash interrupted, keeping the barrier: which it is, the API server
+        says (each member read afresh). If any member is bound, the release had begun: bind each member that
+        is still pending, is the same pod (uid) and still has room on its recorded node (one that needs
+        volume or claim preparation is left to pass the barrier at its next bind: kube-scheduler's attempt
+        that prepared it is gone). If none is, nothing of the gang was bound: the release is dropped and the
+        gang forms again at the barrier. Returns ``namespace/name`` -> "" (bound now) or why not; None when
+        the API server could not be read (nothing done: try again)."""
+        bound = self._bound_now(release)
+        if bound is None:
+            return None
+        pods = [pod for _, _, uid, _ in release.pods if (pod := self.mirror.pod_by_uid(uid)) is not None]
+        gang = _gang_of(release, pods)
+        if not bound:
+            if gang is not None:
+                self.ledger.abandoned(gang, pods)
+            return {f"{namespace}/{name}": messages.RESUME_ABANDONED for namespace, name, _, _ in release.pods}
         outcomes: dict[str, str] = {}
         todo: list[tuple[PodRecord, str]] = []
         later: list[PodRecord] = []
@@ -195,23 +217,51 @@ class Binding:
         for (pod, _), error in zip(todo, errors, strict=True):
             self.ledger.bound(pod, error)
             outcomes[f"{pod.namespace}/{pod.name}"] = error
-        bound = [pod for (pod, _), error in zip(todo, errors, strict=True) if not error]
-        gang = _gang_of(release, [pod for pod, _ in todo] + later)
+        done = [pod for (pod, _), error in zip(todo, errors, strict=True) if not error]
         if gang is not None:
-            self.ledger.resumed(gang, bound)
+            self.ledger.resumed(gang, done)
             self.ledger.approve(gang, later)
         return outcomes
 
-    def let_through(self, release: OpenRelease) -> frozenset[str]:
-        """A release a previous leader started and did not finish (its intent on the Lease): its unbound
-        members pass the barrier at their next bind request. Returns their uids."""
+    def let_through(self, release: OpenRelease) -> frozenset[str] | None:
+        """A release a previous leader started and did not finish (its intent on the Lease), kept behind the
+        barrier: if the API server shows any member bound, the release had begun and its unbound members
+        pass the barrier at their next bind request; if none, it is dropped and the gang forms again. Returns
+        the uids let through (none: close it now); None when the API server could not be read (try again)."""
+        bound = self._bound_now(release)
+        if bound is None:
+            return None
         with self.mirror.lock:
-            pods = [pod for member in release.pods
-                    if (pod := self.mirror.pod_by_uid(member[2])) is not None and not pod.node_name]
+            pods = [pod for member in release.pods if (pod := self.mirror.pod_by_uid(member[2])) is not None]
         gang = _gang_of(release, pods)
+        if not bound:
+            if gang is not None:
+                self.ledger.abandoned(gang, pods)
+            return frozenset()
+        pending = [pod for pod in pods if not pod.node_name]
         if gang is not None:
-            self.ledger.approve(gang, pods)
-        return frozenset(pod.uid for pod in pods)
+            self.ledger.approve(gang, pending)
+        return frozenset(pod.uid for pod in pending)
+
+    def _bound_now(self, release: OpenRelease) -> set[str] | None:
+        """The uids of the release's members the API server shows bound now, read afresh (and put in the
+        mirror); None if it could not be read."""
+        bound: set[str] = set()
+        for namespace, name, uid, _ in release.pods:
+            try:
+                raw = self.binder.read_pod(namespace, name, BINDING_TIMEOUT)
+            except BindError as exc:
+                log.warning("release of %s/%s left open: the API server could not be read (%s)", namespace, name, exc)
+                return None
+            if raw is None:
+                continue
+            try:
+                pod = self.mirror.upsert_pod(raw)
+            except ObjectError:
+                continue
+            if pod.uid == uid and pod.node_name:
+                bound.add(uid)
+        return bound
 
 
 def _gang_of(release: OpenRelease, pods: Sequence[PodRecord]) -> GangKey | None:

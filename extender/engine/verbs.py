@@ -11,6 +11,7 @@ through its ports.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,7 +35,8 @@ class Engine:
                  *, evictor: Evictor | None = None, bind_parallelism: int = 32,
                  clock: Callable[[], float] = time.monotonic, release_log: ReleaseLog | None = None,
                  scheduler_names: frozenset[str] | None = None, answer_margin: float = 1.0,
-                 may_act: Callable[[], bool] = lambda: True, waitlist: Waitlist | None = None) -> None:
+                 may_act: Callable[[], bool] = lambda: True, time_left: Callable[[], float] = lambda: math.inf,
+                 waitlist: Waitlist | None = None) -> None:
         """``evictor``: evicts the preemption victims the ledger chooses (None: nothing is evicted).
         ``waitlist``: the pods to wake when capacity frees, shared with the ledger (default: the
         ledger's). The rest are ``Binding``'s settings."""
@@ -44,7 +46,7 @@ class Engine:
         self.filtering = Filtering(mirror, cache, ledger, waitlist or ledger.waitlist)
         self.binding = Binding(mirror, ledger, binder, bind_parallelism=bind_parallelism, clock=clock,
                                release_log=release_log, scheduler_names=scheduler_names,
-                               answer_margin=answer_margin, may_act=may_act)
+                               answer_margin=answer_margin, may_act=may_act, time_left=time_left)
         self.evictor = evictor
         self.evictions = None if evictor is None else Evictions(ledger, evictor, may_act)
 
@@ -86,12 +88,12 @@ class Engine:
     def bind(self, args: BindArgs, arrival: float | None = None) -> str:
         return self.binding.bind(args, arrival)
 
-    def resume_release(self, release: OpenRelease) -> dict[str, str]:
-        """Finish a release a crash interrupted (``Binding.resume_release``)."""
+    def resume_release(self, release: OpenRelease) -> dict[str, str] | None:
+        """Finish or drop a release a crash interrupted (``Binding.resume_release``; None: ask again)."""
         return self.binding.resume_release(release)
 
-    def let_through(self, release: OpenRelease) -> frozenset[str]:
-        """Let a release a previous leader left open through the barrier (``Binding.let_through``)."""
+    def let_through(self, release: OpenRelease) -> frozenset[str] | None:
+        """Finish or drop a release a previous leader left open (``Binding.let_through``; None: ask again)."""
         return self.binding.let_through(release)
 
     def preempt(self, args: PreemptArgs) -> PreemptResult:

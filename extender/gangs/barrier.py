@@ -229,6 +229,13 @@ class Barrier:
                 Tell(list(pods), "Normal", "GangReleaseResumed", messages.release_resumed_by_leader(gang, len(pods)))]
 
     @staticmethod
+    def abandoned(gang: GangKey, pods: Sequence[PodRecord]) -> list[Effect]:
+        """A release left open was dropped: none of its Bindings had been made (the gang forms again)."""
+        log.info("gang %s: release left open dropped: none of its Bindings was made", gang)
+        return [Count("releases_abandoned"),
+                Tell(list(pods), "Normal", "GangReleaseAbandoned", messages.release_abandoned(gang, len(pods)))]
+
+    @staticmethod
     def resumed(gang: GangKey, bound: Sequence[PodRecord]) -> list[Effect]:
         """Members of an interrupted release were bound after a restart: count it and tell them."""
         if not bound:

@@ -399,6 +399,11 @@ class GangLedger:
         with self.lock:
             self._apply(self.barrier.approve(gang, pods))
 
+    def abandoned(self, gang: GangKey, pods: Sequence[PodRecord]) -> None:
+        """A release left open had made no Binding: dropped, told (the gang forms again at the barrier)."""
+        with self.lock:
+            self._apply(self.barrier.abandoned(gang, pods))
+
     def resumed(self, gang: GangKey, bound: Sequence[PodRecord]) -> None:
         with self.lock:
             self._apply(self.barrier.resumed(gang, bound))

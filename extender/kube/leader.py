@@ -87,6 +87,11 @@ class LeaderElector:
         """Whether this replica may act now (no lock, no I/O: one clock read)."""
         return self.clock() < self._leading_until
 
+    def time_left(self) -> float:
+        """Seconds this replica may still act (≤ 0: it does not lead): a write it sends must be over by then
+        (a Binding's own timeout is cut to it, so none is still in flight when another replica may lead)."""
+        return self._leading_until - self.clock()
+
     @property
     def resource_version(self) -> str:
         """The Lease's resourceVersion as last read or written by this replica ("" before any)."""

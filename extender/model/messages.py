@@ -730,3 +730,13 @@ def quorum_too_late(gang: GangKey, late: int, margin: float) -> str:
 def pod_not_seen(uid: str) -> str:
     return (f"pod uid {uid[:64]!r} is not known to gang-extender yet (its pod watch has not delivered it): nothing "
             "is decided for it until it is; kube-scheduler retries it")
+
+
+RESUME_ABANDONED = ("none of the release's Bindings had been made: the release is dropped and the gang forms again "
+                    "at the barrier")
+
+
+def release_abandoned(gang: GangKey, members: int) -> str:
+    return (f"gang {gang}: the gang-extender that was releasing this gang's quorum stopped before any of its "
+            f"{members} Binding(s) was made (the API server shows none of them bound): the release is dropped and "
+            "the gang forms again at the barrier")

@@ -10,6 +10,7 @@ or hold state after it returns (the ``Runtime`` and the threads it starts hold i
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,11 +67,12 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
             patch: Patch, apply_status: Callable[[dict[str, Any]], None] | None = None,
             release_log: ReleaseLog | None = None, journal: ReleaseJournal | None = None,
             may_act: Callable[[], bool] = lambda: True, levels: TopologyLevels | None = None,
-            evictions: EvictionApi | None = None) -> Runtime:
+            evictions: EvictionApi | None = None, time_left: Callable[[], float] = lambda: math.inf) -> Runtime:
     """The mirror, cache, ledger, engine and writers of one extender, wired together (nothing started).
 
     ``levels`` gives each gang's preferred-fallback level order (default: ``--topology-levels`` only);
-    ``evictions``: the Eviction API (None: no evictor, nothing is ever evicted)."""
+    ``evictions``: the Eviction API (None: no evictor, nothing is ever evicted); ``time_left``: for how
+    many more seconds this replica leads (each Binding is cut to it)."""
     levels = levels or TopologyLevels(config.topology_levels(settings))
     mirror = ClusterMirror()
     cache = FilterCache(settings.cache_size, settings.cache_ttl_seconds)
@@ -104,7 +106,7 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
                                                     else messages.NOT_LEADING))
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
                     release_log=release_log, scheduler_names=served,
-                    answer_margin=settings.bind_answer_margin_seconds, may_act=may_act,
+                    answer_margin=settings.bind_answer_margin_seconds, may_act=may_act, time_left=time_left,
                     evictor=evictor)
     runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, mode, status, journal=journal,
                       budgets=budgets, evictor=evictor)
@@ -142,7 +144,7 @@ def from_api(settings: Settings) -> Runtime:
     levels = TopologyLevels(config.topology_levels(settings))
     runtime = compose(settings, "api", lambda _m: KubeBinder(kube), _if(leading, kube.create_event),
                       _if(leading, kube.annotate_pod), _if(leading, apply_status), intents or journal, journal,
-                      leading, levels, kube)
+                      leading, levels, kube, elector.time_left if elector is not None else lambda: math.inf)
     if elector is not None and intents is not None:
         runtime.leadership = Leadership(settings.lease_duration_seconds, runtime.ledger.view, runtime.mirror,
                                         runtime.engine.let_through)

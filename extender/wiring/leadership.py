@@ -41,7 +41,7 @@ class Leadership:
     """Campaign while called; resume what a previous leader left open once this replica leads."""
 
     def __init__(self, idle_seconds: float, ledger: LedgerView, mirror: ClusterMirror,
-                 let_through: Callable[[OpenRelease], frozenset[str]],
+                 let_through: Callable[[OpenRelease], frozenset[str] | None],
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``ledger``: its read-only view (held binds, pending work); ``let_through``: the engine's, for
         each release a previous leader left open (returns the uids of the members it let through)."""
@@ -95,7 +95,13 @@ class Leadership:
         if self.intents is None or not self.is_leader():
             return
         for release in self.intents.unfinished:
-            self._resuming[release.id] = self.let_through(release)
+            if release.id in self._resuming:
+                continue
+            let = self.let_through(release)
+            if let is None:  # the API server could not say which members are bound: ask again next round
+                self._resume.set()
+                continue
+            self._resuming[release.id] = let
 
     def _close_finished(self) -> None:
         if self.intents is None or not self._resuming or not self.is_leader():

@@ -200,6 +200,12 @@ class Runtime:
         if self.journal is not None:
             for release in self.journal.unfinished:
                 outcomes = self.engine.resume_release(release)
+                backoff = 0.5
+                while outcomes is None:  # the API server could not say which members are bound: ask again
+                    if self.stop_event.wait(backoff):
+                        return
+                    backoff = min(backoff * 2, 10.0)
+                    outcomes = self.engine.resume_release(release)
                 log.info("release %d of gang %s, interrupted by a restart: %s", release.id, release.gang,
                          "; ".join(f"{pod}: {outcome or 'bound now'}" for pod, outcome in outcomes.items()))
                 self.journal.closed(release.id)

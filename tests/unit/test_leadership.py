@@ -19,7 +19,7 @@ from extender.kube.leader import LeaderElector
 from extender.kube.lease import ElectionConfig
 from extender.wiring.composition import from_snapshot
 from extender.wiring.leadership import NOT_LEADER, PENDING_IDLE_SECONDS, Leadership
-from tests.builders import Harness, bind_args, coscheduling_podgroup, filter_args, make_engine, node, pod
+from tests.builders import Harness, bind_args, coscheduling_podgroup, filter_args, gang_key, make_engine, node, pod
 from tests.lease_fake import Clock, FakeLeases
 
 CONFIG = ElectionConfig("ns", "lease", lease_duration=15, renew_deadline=10, retry_period=2)
@@ -184,6 +184,56 @@ def test_a_leader_deposed_midway_stops_binding_and_the_next_lets_the_rest_throug
             assert time.monotonic() < deadline
             time.sleep(0.01)
         stop.set()
+    finally:
+        a.h.close(), b.h.close()
+
+
+def test_a_takeover_drops_a_release_whose_leader_bound_nothing_and_the_gang_forms_again(
+        world: tuple[FakeLeases, Clock]) -> None:
+    """Issue 26, finding 3: the new leader let every unbound member of an open release through the barrier,
+    even when the old leader had bound none (its intent was written, then no Binding was made), so the gang
+    was bound one member at a time with no barrier. The API server says which case it is: with none of the
+    release's members bound, the release is dropped and its members meet at the barrier again."""
+    server, clock = world
+    a, b = Replica(server, clock, "a"), Replica(server, clock, "b")
+    try:
+        a.leadership.called()
+        a.elector.step()
+        members = gang(a.h)
+        # a writes its release down, then stops (paused, partitioned) before its first Binding
+        a.intents.opened(gang_key("default/a"), [(m["metadata"]["namespace"], m["metadata"]["name"],
+                                                  m["metadata"]["uid"], n)
+                                                 for m, n in zip(members, NODES4, strict=True)])
+        b.h.add(coscheduling_podgroup("a", 4), *members)  # b's mirror and API server: nothing bound
+        b.leadership.called()
+        b.elector.step()
+        clock.now += CONFIG.lease_duration + 0.1
+        b.leadership.called()  # kube-scheduler keeps calling b
+        b.elector.step()
+        assert b.elector.is_leader() and b.intents.unfinished
+        stop = threading.Event()
+        threading.Thread(target=b.leadership.resume_when_listed, args=(lambda: True, stop), daemon=True).start()
+        deadline = time.monotonic() + 5
+        while b.intents.unfinished:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stop.set()
+        assert [e[2] for e in b.h.events.events] == ["GangReleaseAbandoned"]
+        assert b.h.ledger.view.counters()["releases_abandoned"] == 1
+        first = threading.Thread(target=b.h.engine.bind, args=(bind_args(members[0], "n1"),), daemon=True)
+        first.start()
+        deadline = time.monotonic() + 5
+        while b.h.ledger.view.held_count() != 1:  # held at the barrier, not let through
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert b.h.binder.calls == []
+        others = [threading.Thread(target=b.h.engine.bind, args=(bind_args(m, n),), daemon=True)
+                  for m, n in zip(members[1:], NODES4[1:], strict=True)]
+        for thread in others:
+            thread.start()
+        for thread in [first, *others]:
+            thread.join(5)
+        assert b.h.binder.bound_names == sorted(m["metadata"]["name"] for m in members)
     finally:
         a.h.close(), b.h.close()
 

@@ -59,6 +59,8 @@ CONSTANTS = {
     "PREEMPT_NO_VICTIMS": "no victims on the node (kube-scheduler rejects an extender's node without victims)",
     "OTHER_NAMESPACE": "(another namespace)",
     "EVICTOR_NOT_LEADING": "this replica no longer leads",
+    "RESUME_ABANDONED": "none of the release's Bindings had been made: the release is dropped and the gang forms "
+                        "again at the barrier",
     "NO_NODE_MATCHES_MEMBERS": "no node matches the members' nodeSelector, affinity and tolerations",
     "NO_ROOM_AT_ONCE": "no node has room for a member at once",
 }
@@ -410,6 +412,10 @@ FUNCTIONS = [
     says('pod_not_seen', ("uid-0",),
          "pod uid 'uid-0' is not known to gang-extender yet (its pod watch has not delivered it): nothing"
          ' is decided for it until it is; kube-scheduler retries it'),
+    says('release_abandoned', (GANG, 3),
+         "gang ml/train: the gang-extender that was releasing this gang's quorum stopped before any of "
+         'its 3 Binding(s) was made (the API server shows none of them bound): the release is dropped and'
+         ' the gang forms again at the barrier'),
 ]
 
 COVERED = {
@@ -456,6 +462,7 @@ COVERED = {
     'release_partly_bound',
     'quorum_too_late',
     'pod_not_seen',
+    'release_abandoned', 'RESUME_ABANDONED',
 }
 """Every public name of ``messages`` the tables above test (a new message needs a row there and a name here)."""
 

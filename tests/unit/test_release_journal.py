@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from extender.errors import BindError
 from extender.files.journal import JournalPod, Release, ReleaseJournal
 from tests.builders import Harness, bind_args, coscheduling_podgroup, gang_key, make_engine, node, pod
 
@@ -144,13 +145,19 @@ def test_resume_binds_only_what_is_still_pending_and_fits(h: Harness) -> None:
     assert [e[0] for e in h.events.of("GangReleaseResumed")] == [("a-1", "a-4")]
 
 
+def bound_on(raw: dict[str, Any], node_name: str) -> dict[str, Any]:
+    """``raw`` as the API server shows it once bound to ``node_name``."""
+    return {**raw, "spec": {**raw["spec"], "nodeName": node_name}}
+
+
 def test_resume_reports_a_refused_binding_and_forgets_the_assumption(h: Harness) -> None:
-    h.add(node("n0"), node("n1"))
-    gang = members(2)
-    h.add(coscheduling_podgroup("a", 2), *gang)
+    h.add(node("n0"), node("n1"), node("n2"))
+    gang = members(3)
+    h.add(coscheduling_podgroup("a", 3), *gang[:2], bound_on(gang[2], "n2"))  # the release had begun
     h.binder.fail["a-1"] = "pods \"a-1\" is forbidden"
-    outcomes = h.engine.resume_release(Release(1, gang_key("default/a"), (entry(gang[0], "n0"), entry(gang[1], "n1"))))
-    assert outcomes["default/a-0"] == ""
+    release = Release(1, gang_key("default/a"), (entry(gang[0], "n0"), entry(gang[1], "n1"), entry(gang[2], "n2")))
+    outcomes = h.engine.resume_release(release)
+    assert outcomes is not None and outcomes["default/a-0"] == ""
     assert outcomes["default/a-1"].startswith("binding pod default/a-1 to n1 failed")
     assert h.mirror.placement(gang[1]["metadata"]["uid"]) == ""
     assert h.ledger.view.counters()["bind_errors"] == 1
@@ -159,15 +166,51 @@ def test_resume_reports_a_refused_binding_and_forgets_the_assumption(h: Harness)
 def test_resume_leaves_a_member_needing_preparation_to_kube_scheduler(h: Harness) -> None:
     """A member with a PVC (or DRA claim) is not bound from the journal: kube-scheduler's attempt that
     prepared its volume is gone; it passes the barrier at its next bind instead."""
-    h.add(node("n0"), node("n1"))
-    gang = members(2)
+    h.add(node("n0"), node("n1"), node("n2"))
+    gang = members(3)
     with_claim = {**gang[1], "spec": {**gang[1]["spec"], "volumes": [
         {"name": "data", "persistentVolumeClaim": {"claimName": "data-a-1"}}]}}
-    h.add(coscheduling_podgroup("a", 2), gang[0], with_claim)
-    release = Release(1, gang_key("default/a"), (entry(gang[0], "n0"), entry(with_claim, "n1")))
+    h.add(coscheduling_podgroup("a", 3), gang[0], with_claim, bound_on(gang[2], "n2"))  # the release had begun
+    release = Release(1, gang_key("default/a"), (entry(gang[0], "n0"), entry(with_claim, "n1"), entry(gang[2], "n2")))
     outcomes = h.engine.resume_release(release)
     assert outcomes == {"default/a-0": "",
-                        "default/a-1": "needs volume or claim preparation: passes the barrier at its next bind"}
+                        "default/a-1": "needs volume or claim preparation: passes the barrier at its next bind",
+                        "default/a-2": "already bound"}
     assert [call[1] for call in h.binder.calls] == ["a-0"]
     assert h.engine.bind(bind_args(with_claim, "n1")) == ""  # not held: the rest of its gang is bound
     assert [call[1] for call in h.binder.calls] == ["a-0", "a-1"]
+
+
+def test_a_release_that_had_bound_nothing_is_dropped_and_the_gang_forms_again(h: Harness) -> None:
+    """Issue 26, finding 3: a resumed release bound its members one by one even when none had been bound (an
+    intent can be written and the process stop before its first Binding): the barrier was gone, and a pod
+    of another binder landing meanwhile left the gang partly bound. Which case it is, the API server says:
+    with none of the release's members bound, it is dropped and the gang forms again at the barrier."""
+    h.add(node("n0"), node("n1"))
+    gang = members(2)
+    h.add(coscheduling_podgroup("a", 2), *gang)
+    outcomes = h.engine.resume_release(Release(1, gang_key("default/a"), (entry(gang[0], "n0"), entry(gang[1], "n1"))))
+    assert outcomes == dict.fromkeys(("default/a-0", "default/a-1"), "none of the release's Bindings had been made: "
+                                     "the release is dropped and the gang forms again at the barrier")
+    assert h.binder.calls == [] and sorted(h.binder.reads) == [("default", "a-0"), ("default", "a-1")]
+    assert [e[2] for e in h.events.events] == ["GangReleaseAbandoned"]
+    assert h.ledger.view.counters()["releases_abandoned"] == 1
+    binds = [threading.Thread(target=h.engine.bind, args=(bind_args(m, f"n{i}"),)) for i, m in enumerate(gang)]
+    for thread in binds:
+        thread.start()
+    for thread in binds:
+        thread.join(5)
+    assert sorted(call[1] for call in h.binder.calls) == ["a-0", "a-1"]  # together, through the barrier
+
+
+def test_a_release_left_open_is_kept_until_the_api_server_says_which_it_is(h: Harness) -> None:
+    h.add(node("n0"))
+    gang = members(1)
+    h.add(coscheduling_podgroup("a", 1), *gang)
+
+    def unreachable(namespace: str, name: str, timeout: float = 10.0) -> None:
+        raise BindError("connection refused")
+
+    h.binder.read_pod = unreachable  # type: ignore[method-assign]
+    assert h.engine.resume_release(Release(1, gang_key("default/a"), (entry(gang[0], "n0"),))) is None
+    assert h.binder.calls == [] and h.events.events == []

@@ -172,6 +172,26 @@ def test_the_answer_margin_bounds_each_binding_of_a_release(h: Harness) -> None:
     assert timeouts == pytest.approx([9.5, 9.5, 9.5, 29.5]), "each Binding ends before its own request's timeout"
 
 
+@pytest.mark.parametrize("h", [{"time_left": lambda: 4.0}], indirect=True)
+def test_no_binding_of_a_release_outlives_the_leadership(h: Harness) -> None:
+    """Issue 26, finding 5: a Binding's timeout came from its hold (up to ~29.5 s), not from the
+    leadership, so a leader that paused, or whose connection hung, past a takeover could still bind after
+    the new leader placed other pods there. Each Binding's timeout is the earlier of the two."""
+    a = gang(h)
+    binds = hold_first_three(h, a)
+    binds.start(a[3], "n4")
+    assert binds.join() == dict.fromkeys(("a-0", "a-1", "a-2", "a-3"), "")
+    assert sorted(h.binder.timeouts.values()) == pytest.approx([4.0] * 4), "cut to the leadership's time left"
+
+
+@pytest.mark.parametrize("h", [{"time_left": lambda: -0.5}], indirect=True)
+def test_a_replica_whose_leadership_ran_out_sends_no_binding(h: Harness) -> None:
+    plain = pod("web")
+    h.add(plain)
+    assert "lost its leadership" in h.engine.bind(bind_args(plain, "n1"))
+    assert h.binder.calls == []
+
+
 # ------------------------------------------------------------------- 2. room re-checked at release
 def test_a_release_rechecks_room_and_binds_nothing_on_an_overcommitted_node(h: Harness) -> None:
     a = gang(h)
