@@ -6,7 +6,9 @@ members bound or being bound, its group not seen, or its gang link malformed) ge
 all (evicting pods for one member of a gang that still cannot run frees nothing useful). The
 victims' side: a node whose victims include a member of a gang is dropped, whole-gang victims on one
 node included (the simple, safe rule: kube-scheduler's preemption is never the way a gang is
-evicted). Plain victims pass through unchanged. Must not: evict, reserve, or change the ledger (a
+evicted); so is a node where the preemptor would still not fit once its victims left (what they free
+may be reserved for other gangs). Plain victims on a node where it would fit pass through unchanged.
+Must not: evict, reserve, or change the ledger (a
 read-only step under the mirror's lock), or parse the wire format.
 
 Trust: the request is believed for nothing. A node the mirror does not know, or a victim UID that
@@ -17,11 +19,14 @@ and victims the request contained.
 from __future__ import annotations
 
 from extender.cluster.facts import PodFacts
+from extender.cluster.fit import shortfall
 from extender.cluster.mirror import ClusterMirror
 from extender.engine.requests import PreemptArgs, PreemptResult, Victims, request_record
 from extender.errors import GroupError
 from extender.gangs.ledger import GangLedger
 from extender.model import messages
+from extender.model.cluster import PodRecord
+from extender.model.quantity import add_into
 
 UNKNOWN_NODE = messages.PREEMPT_NODE_UNKNOWN
 NO_VICTIMS = messages.PREEMPT_NO_VICTIMS
@@ -36,8 +41,9 @@ def preempt(mirror: ClusterMirror, ledger: GangLedger, args: PreemptArgs) -> Pre
             return PreemptResult({}, dict.fromkeys(args.victims, veto))
         kept: dict[str, Victims] = {}
         dropped: dict[str, str] = {}
+        preemptor = mirror.pod_by_uid(facts.uid) or request_record(facts)  # the mirror's, when it has it
         for node, victims in args.victims.items():
-            reason = _node_problem(mirror, ledger, node, victims)
+            reason = _node_problem(mirror, ledger, node, victims) or _still_no_room(mirror, preemptor, node, victims)
             if reason:
                 dropped[node] = reason
             else:
@@ -79,3 +85,18 @@ def _node_problem(mirror: ClusterMirror, ledger: GangLedger, node: str, victims:
         if gang is not None:
             return messages.victim_in_gang(gang, policy is not None)
     return ""
+
+
+def _still_no_room(mirror: ClusterMirror, preemptor: PodRecord, node: str, victims: Victims) -> str:
+    """Why ``preemptor`` would still not fit ``node`` once ``victims`` left ("" : it would): what they free
+    is added to what is free for it there, gangs' reservations subtracted as in filter (issue 26: the
+    room a victim freed could be reserved for an admitted gang, and the victim was evicted for nothing)."""
+    free = mirror.free(node, preemptor.gang, priority=preemptor.priority)
+    for uid in victims.uids:
+        victim = mirror.pod_by_uid(uid)
+        if victim is not None:
+            add_into(free, victim.requests)
+    lacking = shortfall(preemptor.requests, free)
+    if lacking is None:
+        return ""
+    return messages.no_room_after_victims(node, lacking, preemptor.requests, free)

@@ -740,3 +740,9 @@ def release_abandoned(gang: GangKey, members: int) -> str:
     return (f"gang {gang}: the gang-extender that was releasing this gang's quorum stopped before any of its "
             f"{members} Binding(s) was made (the API server shows none of them bound): the release is dropped and "
             "the gang forms again at the barrier")
+
+
+def no_room_after_victims(node: str, resource: str, requests: Mapping[str, int], free: Mapping[str, int]) -> str:
+    return (f"the preemptor would not fit on node {node} even once these victims are gone: insufficient {resource} "
+            f"(needs {describe({resource: requests[resource]})}, {describe({resource: free.get(resource, 0)})} would "
+            "be free; the rest is reserved for other gangs or used by pods that stay)")

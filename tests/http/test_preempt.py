@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
 from extender.http.protocol import FULL_PODS_REFUSED
+from extender.model.gang import GangKey, GroupKind, GroupRef
 from tests.http.conftest import snapshot_pod
 
 WORKERS = {"name": "training", "podGroup": "workers"}  # the snapshot's gang: minCount 4, 3 members, none bound
@@ -63,6 +64,20 @@ def test_victims_with_a_gang_member_drop_the_node(app: Flask, client: FlaskClien
     bound_pod(app, "training-worker-0", "node-1", WORKERS)  # bound now (same UID as the snapshot's member)
     response = post(client, meta_body(urgent(), {"node-1": ["uid-web-a", "uid-training-worker-0"],
                                                  "node-2": ["uid-web-b"]}))
+    assert response.get_json() == {"NodeNameToMetaVictims": {
+        "node-2": {"Pods": [{"UID": "uid-web-b"}], "NumPDBViolations": 0}}}
+
+
+def test_a_node_whose_freed_room_is_reserved_for_a_gang_is_dropped(app: Flask, client: FlaskClient) -> None:
+    """Issue 26, finding 8: the victim on node-1 was evicted, and the preemptor still did not fit there:
+    what it freed is reserved for an admitted gang. A node is kept only where the preemptor fits once its
+    victims leave, other gangs' reservations counted."""
+    mirror = app.extensions["gang_extender"].runtime.mirror
+    bound_pod(app, "web-a", "node-1")
+    bound_pod(app, "web-b", "node-2")
+    admitted = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "admitted"))
+    mirror.set_reservation(admitted, [("node-1", {"cpu": 3000, "pods": 1})])  # 3 of node-1's 4 cpu kept for it
+    response = post(client, meta_body(urgent(), {"node-1": ["uid-web-a"], "node-2": ["uid-web-b"]}))
     assert response.get_json() == {"NodeNameToMetaVictims": {
         "node-2": {"Pods": [{"UID": "uid-web-b"}], "NumPDBViolations": 0}}}
 

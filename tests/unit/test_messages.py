@@ -416,6 +416,10 @@ FUNCTIONS = [
          "gang ml/train: the gang-extender that was releasing this gang's quorum stopped before any of "
          'its 3 Binding(s) was made (the API server shows none of them bound): the release is dropped and'
          ' the gang forms again at the barrier'),
+    says('no_room_after_victims', ("n1", "cpu", {"cpu": 3000}, {"cpu": 1000}),
+         'the preemptor would not fit on node n1 even once these victims are gone: insufficient cpu '
+         '(needs cpu=3, cpu=1 would be free; the rest is reserved for other gangs or used by pods that '
+         'stay)'),
 ]
 
 COVERED = {
@@ -463,6 +467,7 @@ COVERED = {
     'quorum_too_late',
     'pod_not_seen',
     'release_abandoned', 'RESUME_ABANDONED',
+    'no_room_after_victims',
 }
 """Every public name of ``messages`` the tables above test (a new message needs a row there and a name here)."""
 
