@@ -36,6 +36,7 @@ from extender.gangs.queue import GangQueue
 from extender.gangs.record import GangRecord, Hold
 from extender.gangs.registry import GangRegistry, OnEvent, OnStatus, OnWake
 from extender.gangs.settings import GangSettings
+from extender.gangs.victims import VictimUnit
 from extender.gangs.view import LedgerView
 from extender.gangs.waitlist import Waitlist
 from extender.model import messages
@@ -413,6 +414,16 @@ class GangLedger:
         """The engine ran a gang's evictions; ``failed``: the pods not evicted and why."""
         with self.lock:
             self._apply(self.preemption.failed(gang, failed))
+
+    def eviction_allowed(self, pods: Sequence[PodRecord]) -> tuple[bool, str]:
+        """Whether the disruption budgets allow evicting all of ``pods`` at once now (and why not)."""
+        with self.lock:
+            return self.preemption.budgets(pods)
+
+    def victim_partly_evicted(self, unit: VictimUnit, left: Sequence[PodRecord], why: str) -> None:
+        """A victim unit was left part evicted after its retries: told and counted."""
+        with self.lock:
+            self._apply(self.preemption.partly_evicted(unit, left, why))
 
     def eviction_wanted(self, gang: GangKey) -> bool:
         """Whether a preemption's evictions are still wanted (its gang waits for them)."""

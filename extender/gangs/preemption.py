@@ -228,6 +228,13 @@ class GangPreemption:
             effects += self.attempts.end_drain(record, "evictions failed")
         return effects
 
+    @staticmethod
+    def partly_evicted(unit: victims.VictimUnit, left: Sequence[PodRecord], why: str) -> list[Effect]:
+        """A victim unit is left part evicted (its retries spent): told on it, counted."""
+        message = messages.victim_partly_evicted(unit.key, len(unit.pods) - len(left), len(unit.pods), why)
+        log.warning("%s", message)
+        return [Count("victims_partly_evicted"), Tell(list(left), "Warning", "GangPartiallyEvicted", message)]
+
     def wanted(self, gang: GangKey) -> bool:
         """Whether a preemption's evictions are still wanted (its gang waits for them)."""
         record = self.registry.get(gang)

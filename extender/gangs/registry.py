@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 COUNTERS = ("admitted", "completed", "timeouts", "never_fits", "bind_errors", "releases_resumed", "holds_recycled",
             "releases_aborted", "drains_started", "drains_ended", "preemptions_started", "preemptions_completed",
-            "preemptions_failed", "partially_bound", "releases_abandoned")
+            "preemptions_failed", "partially_bound", "releases_abandoned", "victims_partly_evicted")
 """Every counter, exported as ``gang_extender_gangs_<name>`` (zero until counted)."""
 
 OnEvent = Callable[[list[PodRecord], str, str, str], None]

@@ -746,3 +746,8 @@ def no_room_after_victims(node: str, resource: str, requests: Mapping[str, int],
     return (f"the preemptor would not fit on node {node} even once these victims are gone: insufficient {resource} "
             f"(needs {describe({resource: requests[resource]})}, {describe({resource: free.get(resource, 0)})} would "
             "be free; the rest is reserved for other gangs or used by pods that stay)")
+
+
+def victim_partly_evicted(unit: str, went: int, of: int, why: str) -> str:
+    return (f"{unit} was evicted as a unit for a higher-priority gang, but only {went} of its {of} pod(s) went: the "
+            f"rest were refused ({why}) after retries; a disruption budget or the API server keeps them")

@@ -420,6 +420,10 @@ FUNCTIONS = [
          'the preemptor would not fit on node n1 even once these victims are gone: insufficient cpu '
          '(needs cpu=3, cpu=1 would be free; the rest is reserved for other gangs or used by pods that '
          'stay)'),
+    says('victim_partly_evicted', ("gang ml/low", 2, 4, "refused-budget: Cannot evict pod"),
+         'gang ml/low was evicted as a unit for a higher-priority gang, but only 2 of its 4 pod(s) went: '
+         'the rest were refused (refused-budget: Cannot evict pod) after retries; a disruption budget or '
+         'the API server keeps them'),
 ]
 
 COVERED = {
@@ -468,6 +472,7 @@ COVERED = {
     'pod_not_seen',
     'release_abandoned', 'RESUME_ABANDONED',
     'no_room_after_victims',
+    'victim_partly_evicted',
 }
 """Every public name of ``messages`` the tables above test (a new message needs a row there and a name here)."""
 

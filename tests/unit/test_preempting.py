@@ -370,3 +370,52 @@ def test_a_hold_that_times_out_while_its_gang_preempts_does_not_start_a_second_p
         assert "waits for 4 preempted pod(s) to end" in verdict.message, verdict
         assert w.victims() == []
     assert w.ledger.view.counters()["preemptions_started"] == 1
+
+
+# ----------------------------------------------------------------- a victim gang is evicted whole
+def test_a_victim_gang_refused_midway_is_retried_to_the_end() -> None:
+    """Issue 26, finding 9: a victim gang was evicted pod by pod and the preemption stopped at the first
+    refusal, leaving the lower-priority gang part evicted. What a refusal midway leaves is retried."""
+    w = World()
+    low_pods, high, _ = w.contend()
+    (order,) = w.take_orders()
+    evictor = FakeEvictor()
+    evictor.set_outcome(low_pods[2], "refused-budget", "Cannot evict pod")
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:  # by the retry, the budget allows one more (a pod of its ended)
+        pauses.append(seconds)
+        evictor.set_outcome(low_pods[2], "evicted")
+
+    Evictions(w.ledger, evictor, may_act=lambda: True, pause=pause).run(order)
+    assert sorted(p.name for p in evictor.evicted) == sorted(p.name for p in low_pods)
+    assert pauses == [2.0] and [len(c.victims) for c in evictor.calls] == [4, 1]
+    assert not w.events.of("GangPartiallyEvicted") and not w.events.of("GangPreemptionFailed")
+
+
+def test_a_victim_gang_still_part_evicted_after_its_retries_is_told() -> None:
+    w = World()
+    low_pods, high, _ = w.contend()
+    (order,) = w.take_orders()
+    evictor = FakeEvictor()
+    evictor.set_outcome(low_pods[2], "refused-budget", "Cannot evict pod")
+    pauses: list[float] = []
+    Evictions(w.ledger, evictor, may_act=lambda: True, pause=pauses.append).run(order)
+    assert pauses == [2.0, 4.0, 8.0] and len(evictor.evicted) == 3
+    (told,) = w.events.of("GangPartiallyEvicted")
+    assert told[0] == ("low-2",) and told[3] == (
+        "gang default/low was evicted as a unit for a higher-priority gang, but only 3 of its 4 pod(s) went: the "
+        "rest were refused (refused-budget: Cannot evict pod) after retries; a disruption budget or the API "
+        "server keeps them")
+    assert w.ledger.view.counters()["victims_partly_evicted"] == 1 and w.events.of("GangPreemptionFailed")
+
+
+def test_a_victim_gang_a_budget_no_longer_allows_whole_is_not_touched() -> None:
+    """The budgets are checked for the whole unit again just before its first eviction."""
+    w = World()
+    low_pods, high, _ = w.contend()
+    (order,) = w.take_orders()
+    w.forbidden.add(low_pods[1].name)  # a budget changed since the victims were chosen
+    evictor = FakeEvictor()
+    Evictions(w.ledger, evictor, may_act=lambda: True, pause=lambda _s: None).run(order)
+    assert evictor.calls == [] and w.events.of("GangPreemptionFailed")
