@@ -377,7 +377,7 @@ def test_a_victim_gang_refused_midway_is_retried_to_the_end() -> None:
     """Issue 26, finding 9: a victim gang was evicted pod by pod and the preemption stopped at the first
     refusal, leaving the lower-priority gang part evicted. What a refusal midway leaves is retried."""
     w = World()
-    low_pods, high, _ = w.contend()
+    low_pods, _, _ = w.contend()
     (order,) = w.take_orders()
     evictor = FakeEvictor()
     evictor.set_outcome(low_pods[2], "refused-budget", "Cannot evict pod")
@@ -395,7 +395,7 @@ def test_a_victim_gang_refused_midway_is_retried_to_the_end() -> None:
 
 def test_a_victim_gang_still_part_evicted_after_its_retries_is_told() -> None:
     w = World()
-    low_pods, high, _ = w.contend()
+    low_pods, _, _ = w.contend()
     (order,) = w.take_orders()
     evictor = FakeEvictor()
     evictor.set_outcome(low_pods[2], "refused-budget", "Cannot evict pod")
@@ -413,7 +413,7 @@ def test_a_victim_gang_still_part_evicted_after_its_retries_is_told() -> None:
 def test_a_victim_gang_a_budget_no_longer_allows_whole_is_not_touched() -> None:
     """The budgets are checked for the whole unit again just before its first eviction."""
     w = World()
-    low_pods, high, _ = w.contend()
+    low_pods, _, _ = w.contend()
     (order,) = w.take_orders()
     w.forbidden.add(low_pods[1].name)  # a budget changed since the victims were chosen
     evictor = FakeEvictor()
