@@ -32,4 +32,6 @@ def test_gang_perf_in_miniature(k8s_137_bin_dir: Path) -> None:
     ext = [r for r in results if r.config == "gang-extender"]
     for r in ext:  # the extender's figures were scraped: the mirror listed the 50 nodes, binds were timed
         assert r.extender["sync_nodes_s"] > 0 and r.extender["bind_calls"] >= r.pods, r.extender
+        print(f"\n[e2e] {r.workload}: {r.extender['unseen_filters']:.0f} of {r.pods} members filtered before the "
+              f"extender's pod watch delivered them; {r.pods_per_second:.0f} pods/s")
         assert r.extender["peak_rss_mib"] > 0 and r.extender["cpu_s"] > 0, r.extender
