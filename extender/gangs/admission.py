@@ -146,6 +146,21 @@ class Admission:
         effects.append(Publish(gang, GangStatus(GangPhase.SCHEDULING, record.last_message, placed, policy.min_count)))
         return effects
 
+    def check_never_fits(self, record: GangRecord, members: list[PodRecord]) -> list[Effect]:
+        """The never-fits check for a gang no filter request planned: kube-scheduler's own filters may
+        reject every member before the extender is called (a member larger than any node), so the order's
+        pass asks it for the gangs it finds that way, and again for gangs already found never to fit (a
+        node added may change the answer). A first verdict is told (Event, status, ``explain``)."""
+        constraint = self.placement.constraint_of(record.policy, members)
+        if isinstance(constraint, TopologyProblem):
+            return []  # told by the filter's plan; nothing to check against
+        record.plans.constraint, record.plans.constraint_known = constraint, True
+        effects: list[Effect] = []
+        never = self._never_fits(record, members, effects)
+        if never is not None and effects:
+            effects.append(Publish(record.key, GangStatus(GangPhase.WAITING, never.message)))
+        return effects
+
     def _never_fits(self, record: GangRecord, members: list[PodRecord], effects: list[Effect]) -> Verdict | None:
         """The gang's never-fits verdict, checked again when the nodes or its members changed (a first
         verdict is told in an Event, added to ``effects``); None: it can fit an empty cluster."""

@@ -294,8 +294,21 @@ class GangLedger:
             self._walk(min_interval)
             now = self.clock()
             if self.queue.pass_due(min_interval, now):
-                self._apply(self.queue.discover(now))
+                self._discover(now)
                 self._update_drains(now)
+
+    def _discover(self, now: float) -> None:
+        """Gangs kube-scheduler tried without calling the extender join the order (``queue.discover``);
+        those and the gangs found never to fit are checked for never fitting (a node added may change the
+        answer: the check is cached per node set and members)."""
+        found = self.queue.discover(now)
+        if found is None:
+            return
+        joined, effects = found
+        self._apply(effects)
+        told = [r for r in self.registry.busy() if r.plans.never_fits is not None and r not in joined]
+        for record in joined + told:
+            self._apply(self.admission.check_never_fits(record, self.mirror.members(record.key)))
 
     def take_work(self) -> Work:
         """The quorums to bind and the evictions to run, queued by decisions since the last call (the

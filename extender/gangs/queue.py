@@ -136,15 +136,18 @@ class GangQueue:
         """A pass over the drains ran now (a filter's, for its own gang): the sweep's may wait."""
         self._ordered_at = now
 
-    def discover(self, now: float) -> list[Effect]:
+    def discover(self, now: float) -> tuple[list[GangRecord], list[Effect]] | None:
         """Complete gangs with a member kube-scheduler tried and could not place (its PodScheduled
         condition) join the order even without a filter request: kube-scheduler calls the extender only
         with nodes its own filters passed, so a member that fits no node as the cluster stands (the case
-        for a gang that must preempt or drain) never reaches it. Members not tried yet do not count: the
-        order follows what kube-scheduler has tried, not what is queued behind it."""
+        for a gang that must preempt or drain, or that never fits) never reaches it. Members not tried yet
+        do not count: the order follows what kube-scheduler has tried, not what is queued behind it.
+        Returns the gangs that joined and what joining asks for; None when the walk is not due (every
+        ``DISCOVER_INTERVAL``)."""
         if now - self._discovered_at < DISCOVER_INTERVAL:
-            return []
+            return None
         self._discovered_at = now
+        joined: list[GangRecord] = []
         effects: list[Effect] = []
         for gang in self.mirror.tried_gangs():
             record = self.registry.get(gang)
@@ -159,8 +162,10 @@ class GangQueue:
                 continue  # no member kube-scheduler tried and could not place
             if len(self.placement.placed(members, record)) >= policy.min_count:
                 continue  # running: a replacement member needs no admission
-            effects += self.join(record or self.registry.ensure(gang, policy), members, now)
-        return effects
+            record = record or self.registry.ensure(gang, policy)
+            effects += self.join(record, members, now)
+            joined.append(record)
+        return joined, effects
 
     # ------------------------------------------------------------------------------ draining
     def end_stale_drains(self, head: GangRecord | None) -> list[Effect]:

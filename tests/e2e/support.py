@@ -128,6 +128,13 @@ class Extender:
                 values[name] = float(value)
         return values
 
+    def explain(self, namespace: str, name: str) -> dict[str, Any]:
+        """The extender's ``GET /explain/NAMESPACE/NAME`` answer."""
+        with urllib.request.urlopen(f"{self.url}/explain/{namespace}/{name}", timeout=10,
+                                    context=self.tls_context) as reply:
+            answer: dict[str, Any] = json.loads(reply.read())
+        return answer
+
     def kill(self) -> None:
         """kill -9, as a crash would."""
         assert self.proc is not None
@@ -312,7 +319,7 @@ def all_bound(cp: ControlPlane, ns: str, prefix: str, count: int, nodes: set[str
     return placed
 
 
-def _recorded(record_path: Path) -> Iterator[dict[str, Any]]:
+def recorded(record_path: Path) -> Iterator[dict[str, Any]]:
     """The extender's recorded exchanges (``--record-file``) that were answered 200, in order."""
     if not record_path.exists():
         return
@@ -340,7 +347,7 @@ def binds_outside_filter_replies(record_path: Path) -> list[str]:
     """
     feasible: dict[tuple[str, str], set[str]] = {}
     problems: list[str] = []
-    for entry in _recorded(record_path):
+    for entry in recorded(record_path):
         request, reply = entry["request"], entry["reply"]
         if entry["verb"] == "filter":
             key, nodes = _feasible(entry)
@@ -355,7 +362,7 @@ def binds_outside_filter_replies(record_path: Path) -> list[str]:
 def placements_outside_filter_replies(record_path: Path, placements: Mapping[tuple[str, str], str]) -> list[str]:
     """Pods (namespace, name) -> node placed by another binder whose node was not feasible in the
     extender's last filter reply for that pod (the filter-gated mode, where binds do not pass through it)."""
-    feasible = dict(_feasible(e) for e in _recorded(record_path) if e["verb"] == "filter")
+    feasible = dict(_feasible(e) for e in recorded(record_path) if e["verb"] == "filter")
     return [f"{ns}/{name} bound to {node}, filter said {feasible.get((ns, name))}"
             for (ns, name), node in sorted(placements.items()) if node not in feasible.get((ns, name), set())]
 

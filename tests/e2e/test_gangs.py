@@ -24,6 +24,8 @@ from support import (
     events,
     pod,
     pod_spec,
+    pods,
+    recorded,
     scenario,
     scheduling_with_extender,
     stays_unbound,
@@ -205,6 +207,32 @@ def test_gang_larger_than_the_cluster_fails_fast(cluster: dict[str, Any]) -> Non
     message = events(cp, ns, "GangNeverFits")[0]["message"]
     assert "can never fit" in message and "only 2 of 4 members fit" in message, message
     assert "cpu=3" in message, message
+    assert bound(cp, ns, "m") == {}
+
+
+def test_members_no_node_can_hold_are_told_never_fits_though_kube_scheduler_rejects_them_first(
+        cluster: dict[str, Any]) -> None:
+    """Members asking more than any node's allocatable: kube-scheduler's own resource filter rejects them
+    before the extender is called, yet the gang is told ``GangNeverFits`` with its reason, on the group
+    object, and the published explanation says NeverFits (not waiting for capacity)."""
+    cp: ControlPlane = cluster["cp"]
+    ext: Extender = cluster["ext"]
+    ns, labels, _ = scenario(cp, "s9b-nonodefits", 4)
+    create(cp, workload(ns, "w", {"workers": 2}), *_gang(ns, "m", 2, labels, cpu="6"))
+
+    def rejected_by_kube_scheduler() -> bool:
+        conditions = [c for p in pods(cp, ns) for c in p.get("status", {}).get("conditions", [])
+                      if c.get("type") == "PodScheduled"]
+        return len(conditions) == 2 and all("Insufficient cpu" in c.get("message", "") for c in conditions)
+    wait_for(rejected_by_kube_scheduler, timeout=WAIT, what="kube-scheduler to reject both members for cpu")
+    wait_for(lambda: events(cp, ns, "GangNeverFits"), timeout=WAIT, what="a GangNeverFits event")
+    event = events(cp, ns, "GangNeverFits")[0]
+    assert event["involvedObject"]["kind"] == "Workload" and event["involvedObject"]["name"] == "w", event
+    assert "can never fit this cluster: only 0 of 2 members fit" in event["message"], event["message"]
+    filtered = [e for e in recorded(ext.record_path) if e["request"]["Pod"]["metadata"]["namespace"] == ns]
+    assert filtered == [], "the extender was asked to filter a member: this test no longer shows the case"
+    answer = ext.explain(ns, "w")
+    assert answer["gangs"][0]["state"] == "NeverFits", answer
     assert bound(cp, ns, "m") == {}
 
 

@@ -419,3 +419,27 @@ def test_a_victim_gang_a_budget_no_longer_allows_whole_is_not_touched() -> None:
     evictor = FakeEvictor()
     Evictions(w.ledger, evictor, may_act=lambda: True, pause=lambda _s: None).run(order)
     assert evictor.calls == [] and w.events.of("GangPreemptionFailed")
+
+
+def test_a_gang_kube_scheduler_rejects_before_the_extender_is_told_it_never_fits() -> None:
+    """Members larger than any node: kube-scheduler's own resource filter rejects them, so no filter
+    request plans the gang. The order's pass finds it (its members were tried) and says never, with the
+    reason, instead of waiting for capacity or preempting for it."""
+    w = World()
+    w.gang("low", 4, "3", priority=1, on=NODES)
+    big, _, _ = w.gang("big", 2, "6", priority=100, tried=True)
+    w.tick()
+    told = w.events.of("GangNeverFits")
+    assert [sorted(names) for names, *_ in told] == [["big-0", "big-1"]], w.events.events
+    assert "can never fit this cluster: only 0 of 2 members fit on 4 nodes" in told[0][3]
+    assert w.victims() == [], "a gang that never fits preempted"
+    answer = w.ledger.view.explain(big)
+    assert answer["state"] == "NeverFits" and "can never fit" in answer["waiting"], answer
+    w.tick(5)
+    assert len(w.events.of("GangNeverFits")) == 1, "told again without a change"
+    w.mirror.upsert_node(node("n5", cpu="8"))  # a node that holds one member: still never (two are needed)
+    w.tick()
+    assert w.ledger.view.explain(big)["state"] == "NeverFits"
+    w.mirror.upsert_node(node("n6", cpu="8"))  # now two members fit an empty cluster
+    w.tick()
+    assert w.ledger.view.explain(big)["state"] != "NeverFits"
