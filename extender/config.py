@@ -156,7 +156,9 @@ _HELP = {
     "max_full_nodes_body_bytes": "largest filter/prioritize body in the full Nodes form (nodeCacheCapable: false); "
                                  "0 refuses that form with a 400",
     "request_buffer_bytes": "request bytes held at once over all connections, from the first byte read to the end "
-                            "of the handler (bounds the memory bodies can take); at least every body cap",
+                            "of the handler, then the reply's bytes the client has not taken (bounds the memory "
+                            "bodies can take; up to a quarter is kept for small requests, such as kube-scheduler's); "
+                            "at least every body cap",
     "topology_levels": "comma-separated node label keys from the widest topology level to the narrowest (e.g. "
                        "topology.kubernetes.io/zone,example.com/block,example.com/rack): a gang with a preferred "
                        "topology key that no domain of that level can hold is placed in one domain of the next "

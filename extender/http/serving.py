@@ -1,15 +1,20 @@
-"""The gunicorn worker: gthread, with every request read whole by the poller before a thread sees it.
+"""The gunicorn worker: gthread, with every request read whole by the poller before a thread sees it,
+and every reply the client does not take at once written by the poller after the thread is done.
 
 Owns: the worker class gunicorn loads (``worker_class``); handing a complete request (read by the
-poller in ``connections``) to gunicorn's parser and a thread, with a deadline on writing the reply;
-the per-request arrival stamp (``request_arrival()``); taking the connection back after the reply, for
-its next request or to close it. Must not: read from a client on a thread, know what the routes do, or
-decide anything about scheduling.
+poller in ``connections``) to gunicorn's parser and a thread, which writes its reply into memory
+(``Reply``) and then sends what the socket takes without waiting; the per-request arrival stamp
+(``request_arrival()``); taking the connection back after the handler, with the rest of its reply for
+the poller to send (``connections``), then the next request or a close. Must not: wait on a client on
+a thread (no read from it, no write that could block), know what the routes do, or decide anything
+about scheduling.
 
 Why: gunicorn's gthread hands a connection to a thread as soon as it is readable and then reads the
 request with blocking, unbounded reads, so a few thousand clients sending a byte at a time hold every
 thread, and a connection that sends nothing is kept for the keep-alive time (75 s). Here a thread
-starts only when a request's bytes are all in memory, so a thread is never waiting on a client.
+starts only when a request's bytes are all in memory and ends when its reply is, so a thread is never
+waiting on a client; and a client that does not read its reply holds neither a thread nor its
+request's bytes, only the reply's bytes it has not taken (``connections``: the byte budget).
 """
 
 from __future__ import annotations
@@ -17,12 +22,16 @@ from __future__ import annotations
 import errno
 import io
 import threading
+from collections import deque
 from concurrent.futures import Future
+from typing import Any, BinaryIO, NamedTuple
 
 from gunicorn import http
 
 from extender.http import framing
-from extender.http.connections import Connection, Limits, PollingWorker
+from extender.http.connections import Connection, Limits, PollingWorker, push
+
+JOIN_BYTES = 64 * 1024  # a head and a body this small go out in one send
 
 _request = threading.local()
 
@@ -31,6 +40,67 @@ def request_arrival() -> float | None:
     """``time.monotonic()`` when the poller first saw the current request's bytes (before any wait for
     a thread); None outside a request served by this worker (e.g. Flask's test client)."""
     return getattr(_request, "arrival", None)
+
+
+class Reply:
+    """What gunicorn writes for one request: it stands for the socket on the thread, and sends what the
+    socket takes at once, never waiting (``push``); what it does not take is kept for the poller to send.
+    The head waits for the first piece of the body, to go out with it in one send when both are small."""
+
+    __slots__ = ("aborted", "at", "failed", "head", "out", "sock", "started")
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+        self.out: deque[bytes] = deque()  # not sent yet (the first chunk from ``at``)
+        self.at = 0
+        self.head: bytes | None = None
+        self.started = False
+        self.failed = False   # the connection failed: the rest is dropped
+        self.aborted = False  # gunicorn gave up on the reply after starting it: close without sending it
+
+    def flush(self) -> None:
+        """Send what the socket takes now of what is written (the head too)."""
+        if self.head is not None:
+            self.out.append(self.head)
+            self.head = None
+        if self.out and not (self.failed or self.aborted):
+            self.at, wait = push(self.sock, self.out, self.at)
+            self.failed = wait < 0
+
+    # ------------------------------------------------------------------ what gunicorn calls on its socket
+    def sendall(self, data: bytes | bytearray | memoryview) -> None:
+        chunk = data if type(data) is bytes else bytes(data)
+        if not self.started:  # the head
+            self.started, self.head = True, chunk
+            return
+        if self.head is not None:
+            if len(self.head) + len(chunk) <= JOIN_BYTES:
+                chunk = self.head + chunk
+            else:
+                self.out.append(self.head)
+            self.head = None
+        self.out.append(chunk)
+        self.flush()
+
+    def sendfile(self, file: BinaryIO, offset: int = 0, count: int | None = None) -> int:
+        file.seek(offset)
+        data = file.read() if count is None else file.read(count)
+        self.sendall(data)
+        return len(data)
+
+    def shutdown(self, how: int) -> None:
+        self.aborted = True
+
+    def close(self) -> None:
+        self.aborted = True
+
+
+class _Exchange(NamedTuple):
+    """The connection as gunicorn's ``handle_request`` sees it: its writes go to the ``Reply``."""
+
+    sock: Reply
+    client: Any
+    server: Any
 
 
 class ExtenderWorker(PollingWorker):
@@ -55,52 +125,51 @@ class ExtenderWorker(PollingWorker):
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         left = conn.parser.unreader.take_buffered()
         conn.parser.unreader.buf = io.BytesIO(request + left if left else request)  # shares ``request``
-        conn.sock.settimeout(self.limits.timeout_seconds)  # bounds writing the reply
-        future = self.tpool.submit(self.handle, conn)
-        future.add_done_callback(lambda done: self.method_queue.defer(self.finish_request, conn, done))
+        reply = Reply(conn.sock)
+        future = self.tpool.submit(self.handle, conn, reply)
+        future.add_done_callback(lambda done: self.method_queue.defer(self.finish_request, conn, reply, done))
 
-    def handle(self, conn: Connection) -> bool:
-        """Serve the one request whose bytes are in the parser's buffer (a worker thread)."""
+    def handle(self, conn: Connection, reply: Reply) -> bool:
+        """Serve the one request whose bytes are in the parser's buffer, its reply into ``reply``, and send
+        what the socket takes of it at once (a worker thread); whether the connection serves another request."""
+        keep = self._serve(conn, reply)
+        if reply.head is not None:  # a reply without a body
+            if conn.sock.gettimeout() != 0.0:  # the parser's drain may have set a timeout
+                conn.sock.setblocking(False)
+            reply.flush()
+        return keep
+
+    def _serve(self, conn: Connection, reply: Reply) -> bool:
         _request.arrival = conn.request_arrival
         try:
             request = next(conn.parser)
-            return bool(self._keepalive_after(conn, self.handle_request(request, conn)))
+            exchange = _Exchange(reply, conn.client, conn.server)
+            return bool(self._keepalive_after(conn, self.handle_request(request, exchange)))  # the reply is sent
         except (StopIteration, http.errors.NoMoreData):
             return False
-        except TimeoutError:
-            self.log.debug("client %s did not take its reply in time", conn.client)
-            return False
-        except OSError as exc:
-            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+        except OSError as exc:  # e.g. gunicorn framed the request longer than the poller: the socket does not wait
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.EAGAIN):
                 self.log.warning("socket error serving %s: %s", conn.client, exc)
             return False
         except Exception as exc:
-            self.handle_error(None, conn.sock, conn.client, exc)
+            self.handle_error(None, reply, conn.client, exc)
             return False
         finally:
             _request.arrival = None
 
-    def finish_request(self, conn: Connection, future: Future[bool]) -> None:
-        """Back on the poller thread: keep the connection for its next request, or close it."""
-        keep = not future.cancelled() and future.exception() is None and future.result()
+    def finish_request(self, conn: Connection, reply: Reply, future: Future[bool]) -> None:
+        """Back on the poller thread: the request's bytes are free; the rest of the reply is sent as the
+        client takes it, then the connection is kept for its next request, or closed (``connections``)."""
+        failed = future.cancelled() or future.exception() is not None or reply.aborted or reply.failed
         left = conn.parser.unreader.take_buffered() if conn.parser is not None else b""
         if left:  # gunicorn framed the request shorter than the poller did: the rest comes first
             conn.buf[:0] = left
             conn.arrival = conn.arrival or self._seen_at
-        if not keep or not self.alive:
-            self._close(conn)
-            self._unpark()
-            return
-        conn.sock.setblocking(False)
         self._set_charge(conn, len(conn.buf))
-        if conn.buf:
-            self._start_reading(conn, conn.arrival or self._seen_at)
-            self._watch_reading(conn)
-            self._advance(conn)
+        if failed:
+            self._close(conn)
         else:
-            conn.set_timeout()
-            self.keepalived_conns.append(conn)
-            self._watch(conn, lambda client, c=conn: self.on_client_socket_readable(c, client))
+            self._reply(conn, reply.out, reply.at, future.result() and self.alive)
         self._unpark()
 
 

@@ -13,6 +13,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,3 +162,23 @@ def test_plain_http_gets_no_answer(https_server: int, pki: Pki, client_pair: Cer
         assert reply.status != 200
     assert _post(https_server, _context(pki, client_pair))[0] == 200
 
+
+
+def test_a_large_reply_goes_out_whole_to_a_slow_reader(https_server: int, pki: Pki, client_pair: CertPair) -> None:
+    """The poller writes replies without waiting (TLS: again after each want-write): 15,000 names of 253
+    characters, a 4.9 MB reply read 64 KiB at a time."""
+    names = [f"{i:06d}-" + "n" * 246 for i in range(15_000)]
+    body = json.dumps({"Pod": {"metadata": {"name": "p", "namespace": "default"}, "spec": {}},
+                       "NodeNames": names}).encode()
+    conn = http.client.HTTPSConnection("127.0.0.1", https_server, context=_context(pki, client_pair), timeout=10)
+    try:
+        conn.request("POST", "/filter", body=body, headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        received = bytearray()
+        while chunk := reply.read(64 * 1024):
+            received += chunk
+            time.sleep(0.002)
+    finally:
+        conn.close()
+    assert reply.status == 200
+    assert len(received) > 4_000_000 and len(json.loads(received)["FailedNodes"]) == 15_000
