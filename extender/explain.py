@@ -99,6 +99,26 @@ def _order_lines(place: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+def fix_lines(fix: Mapping[str, Any] | None) -> list[str]:
+    """What would unblock the gang (``explanation._fix``; the field ``fix`` for machines)."""
+    if not fix:
+        return []
+    kind = fix.get("kind")
+    if kind == "waitFor":
+        return [f"Fix:         none needed: it starts after {', '.join(map(str, fix.get('gangs') or []))} "
+                f"(place {fix.get('position')} in the order)"]
+    if kind == "preempt":
+        return [f"Fix:         preempting {', '.join(map(str, fix.get('victims') or []))}"]
+    if kind == "addNodes":
+        shape = fix.get("shape") or {}
+        where = f" in {fix['domain']}" if fix.get("domain") else ""
+        return [f"Fix:         add {fix.get('nodes')} node(s) like {shape.get('like')} "
+                f"({shape.get('allocatable')}){where}"]
+    if kind == "never":
+        return ["Fix:         none: it can never fit (see Waiting)"]
+    return []
+
+
 def render(answer: Mapping[str, Any]) -> str:
     """The human form of one ``/explain`` answer."""
     lines: list[str] = []
@@ -138,6 +158,7 @@ def render(answer: Mapping[str, Any]) -> str:
             lines.append(f"Shortfall:   {what} {where} ({shortfall.get('reason')})")
         else:
             lines.append("Shortfall:   none")
+        lines.extend(fix_lines(gang.get("fix")))
         for label, key in (("Held pods", "heldPods"), ("Pending", "pendingPods")):
             if gang.get(key):
                 lines.append(f"{label + ':':<13}{', '.join(gang[key])}")

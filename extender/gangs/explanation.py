@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.cluster.fit import placement_failure
-from extender.gangs import planner
+from extender.gangs import growth, planner
 from extender.gangs.domains import Domain, DomainReport
 from extender.gangs.planner import Plan, _shapes, pick_for_reservation
 from extender.model import messages
 from extender.model.cluster import NodeRecord, PodRecord
-from extender.model.gang import GangKey, GangPolicy, Parsed, TopologyProblem
+from extender.model.gang import NONE, GangKey, GangPolicy, Parsed, TopologyProblem
 from extender.model.quantity import CPU, PODS, Resources, add_into, describe
 
 
@@ -102,6 +102,8 @@ class GangFacts:
     topology: Mapping[str, Any] | None = None  # the constraint, the chosen domain, the best other domains
     order: Mapping[str, Any] | None = None  # its place in the admission order (``queue.order_view``)
     draining: tuple[tuple[PodRecord, ...], tuple[NodeRecord, ...]] = ((), ())  # members, nodes (``drain_to_place``)
+    constraint: Parsed = NONE          # its effective topology constraint (``GangPlacement.constraint_of``)
+    levels: tuple[str, ...] = ()       # the topology levels its constraint falls back through
 
 
 def _state(facts: GangFacts, placed: int, holding: bool) -> str:
@@ -162,6 +164,8 @@ def explain(facts: GangFacts, nodes: Sequence[NodeRecord],
             shortfall = largest_shortfall(planner.plan(chosen, nodes, free_of), nodes, free_of)
     waiting = "" if state == "Complete" else (facts.never_fits or facts.message)
     order = _order(facts, free_of)
+    fix = _fix(facts, state, order, pending, placed_on=[facts.placements[p.uid] for p in bound + binding],
+               nodes=nodes, free_of=free_of) if policy is not None else None
     return {
         "gang": str(facts.gang),
         "kind": facts.gang.group.kind.value,
@@ -189,7 +193,44 @@ def explain(facts: GangFacts, nodes: Sequence[NodeRecord],
         "pendingPods": sorted(p.name for p in pending)[:50],
         **({"topology": dict(facts.topology)} if facts.topology else {}),  # only for a gang with a constraint
         **({"order": dict(order)} if order else {}),  # only for a complete gang waiting its turn
+        **({"fix": fix} if fix else {}),  # only for a gang that waits on something a change could unblock
     }
+
+
+FIX_STATES = ("WaitingForCapacity", "Draining", "Preempting")
+"""The states in which ``explain`` looks for the smallest fix (a never-fitting gang's fix is its reason)."""
+
+
+def _fix(facts: GangFacts, state: str, order: Mapping[str, Any] | None, pending: Sequence[PodRecord], *,
+         placed_on: Sequence[str], nodes: Sequence[NodeRecord],
+         free_of: Callable[[NodeRecord], Resources]) -> dict[str, Any] | None:
+    """What would unblock a waiting gang, for people and autoscalers: the gangs it waits behind
+    (``waitFor``), the victims of its preemption (``preempt``), or the fewest nodes of a shape the cluster
+    has to add, and in which domain (``addNodes``); ``never`` with its reason. None: nothing to fix (it is
+    placed, placing or missing members) or nothing found."""
+    if state == "NeverFits":
+        return {"kind": "never", "reason": facts.never_fits}
+    if state not in FIX_STATES or facts.policy is None:
+        return None
+    ahead = (order or {}).get("ahead") or []
+    if ahead:
+        return {"kind": "waitFor", "gangs": [a.get("gang") for a in ahead], "position": (order or {}).get("position")}
+    preemption = (order or {}).get("preemption") or {}
+    if preemption.get("victims"):
+        return {"kind": "preempt", "victims": list(preemption["victims"]), "pods": preemption.get("pods")}
+    constraint = facts.constraint
+    if isinstance(constraint, TopologyProblem):
+        return None
+    placed = max(len(placed_on), 0)
+    needed = max(facts.policy.min_count - placed - len(facts.held), 0)
+    chosen = pick_for_reservation(list(pending), needed)
+    by_name = {node.name: node for node in nodes}
+    bound_nodes = [by_name[name] for name in placed_on if name in by_name]
+    found = growth.smallest_growth(chosen, pending, nodes, free_of, lambda node: free_of(node).get(CPU, 0),
+                                   constraint, facts.levels, bound_nodes)
+    if found is None:
+        return None
+    return {"kind": "addNodes", **found.to_json()}
 
 
 def topology_view(constraint: Parsed, domain: Domain | None,
@@ -240,6 +281,17 @@ OTHER_NAMESPACE = messages.OTHER_NAMESPACE
 """What a published form says in place of a gang or pod of another namespace (its readers may see only theirs)."""
 
 
+def _ours(name: object, namespace: str) -> bool:
+    """Whether a gang or victim unit (``ns/name``, ``gang ns/name``, ``pod ns/name[ of gang ...]``) is of
+    ``namespace`` (given as ``ns/``)."""
+    text = str(name)
+    for kind in ("gang ", "pod "):
+        if text.startswith(kind):
+            text = text[len(kind):]
+            break
+    return text.startswith(namespace)
+
+
 def compact(answer: Mapping[str, Any], now: float) -> dict[str, Any]:
     """The published form of one ``explain`` answer (what ``kubectl gang explain`` reads from the API
     server): lists and texts cut short, empty fields dropped, every "seconds left / ago" turned into a
@@ -268,8 +320,13 @@ def compact(answer: Mapping[str, Any], now: float) -> dict[str, Any]:
                 view[part] = _since(order[part], "sinceSeconds", now)
         victims = (view.get("preemption") or {}).get("victims")
         if victims:
-            view["preemption"]["victims"] = [v if str(v).startswith(mine) else OTHER_NAMESPACE for v in victims]
+            view["preemption"]["victims"] = [v if _ours(v, mine) else OTHER_NAMESPACE for v in victims]
         out["order"] = view
+    fix = answer.get("fix")
+    if fix and fix.get("kind") in ("waitFor", "preempt"):
+        field = "gangs" if fix["kind"] == "waitFor" else "victims"
+        mine = f"{answer.get('namespace')}/"
+        out["fix"] = {**fix, field: [v if _ours(v, mine) else OTHER_NAMESPACE for v in fix.get(field) or []]}
     return {**_trimmed(out), "publishedAt": round(now, 1)}
 
 

@@ -24,7 +24,7 @@ from extender.gangs.registry import GangRegistry
 from extender.gangs.settings import GangSettings
 from extender.gangs.waitlist import Waitlist
 from extender.model.cluster import PodRecord
-from extender.model.gang import GangKey, GangPolicy
+from extender.model.gang import NONE, GangKey, GangPolicy, TopologyProblem
 
 
 class LedgerView:
@@ -103,6 +103,7 @@ class LedgerView:
                                              message=self.waitlist.message(gang), api_version=api_version,
                                              template=template)
             waiting = frozenset(h.pod.uid for h in record.waiting())
+            constraint = self.placement.constraint_of(policy, members) if policy is not None else NONE
             deadline = record.attempt.deadline
             return explanation.GangFacts(
                 gang, exists, policy, members, placements, waiting, self.mirror.reservation(gang),
@@ -113,7 +114,9 @@ class LedgerView:
                 never_fits=record.plans.never_fits.message if record.plans.never_fits else "",
                 api_version=api_version, template=template,
                 topology=self._topology_view(gang, policy, members, record), order=self._order_view(record),
-                draining=self.queue.drain_to_place(record))
+                draining=self.queue.drain_to_place(record), constraint=constraint,
+                levels=tuple(self.settings.levels_for(constraint)) if not isinstance(constraint, TopologyProblem)
+                else ())
 
     def order_view(self, gang: GangKey) -> dict[str, Any] | None:
         """The gang's place in the admission order, and its preemption, for ``explain`` (None: it is not

@@ -145,7 +145,7 @@ def test_a_draining_gangs_progress_is_planned_outside_the_lock(monkeypatch: pyte
     monkeypatch.setattr(planner, "plan", plan_while_another_thread_takes_the_lock)
     answer = w.ledger.view.explain(big)
     assert answer["state"] == "Draining" and answer["order"]["draining"]["free"] == 0  # 2 of 4 cpu free, 3 asked
-    assert lock_free == [True, True]  # the shortfall, then the drain's progress
+    assert len(lock_free) >= 2 and all(lock_free), lock_free  # the shortfall, the drain's progress, the fix's plans
 
 
 def test_gang_waiting_for_capacity_names_the_cluster_shortfall(h: Harness) -> None:

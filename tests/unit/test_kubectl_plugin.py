@@ -100,10 +100,17 @@ def test_published_form_names_no_gang_or_pod_of_another_namespace() -> None:
     order = {"position": 3, "of": 3, "priority": 0, "waitingSeconds": 40.0, "maxWaitSeconds": 300.0,
              "ahead": [{"gang": "ml/a", "priority": 5, "waitingSeconds": 60},
                        {"gang": "other-team/secret-job", "priority": 9, "waitingSeconds": 90}],
-             "preemption": {"victims": ["ml/old", "other-team/x-0"], "pods": 2, "remaining": 2, "sinceSeconds": 1}}
-    form = explanation.compact(answer(order=order), now=1000.0)
+             "preemption": {"victims": ["gang ml/old", "pod other-team/x-0", "pod ml/p-1 of gang ml/p"], "pods": 3,
+                            "remaining": 3, "sinceSeconds": 1}}
+    waits = {"kind": "waitFor", "gangs": ["ml/a", "other-team/secret-job"], "position": 3}
+    form = explanation.compact(answer(order=order, fix=waits), now=1000.0)
     assert [a["gang"] for a in form["order"]["ahead"]] == ["ml/a", explanation.OTHER_NAMESPACE]
-    assert form["order"]["preemption"]["victims"] == ["ml/old", explanation.OTHER_NAMESPACE]
+    assert form["order"]["preemption"]["victims"] == ["gang ml/old", explanation.OTHER_NAMESPACE,
+                                                      "pod ml/p-1 of gang ml/p"]
+    assert form["fix"]["gangs"] == ["ml/a", explanation.OTHER_NAMESPACE]
+    preempts = {"kind": "preempt", "victims": ["gang other-team/x", "gang ml/old"], "pods": 4}
+    assert explanation.compact(answer(fix=preempts), now=1000.0)["fix"]["victims"] == [
+        explanation.OTHER_NAMESPACE, "gang ml/old"]
     assert "other-team" not in json.dumps(form)
 
 
