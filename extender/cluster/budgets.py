@@ -159,6 +159,21 @@ class DisruptionBudgets:
         with self._lock:
             return self._by_namespace.get(namespace, {}).get(name)
 
+    def selecting(self, pods: Sequence[PodRecord]) -> list[tuple[Budget, int]]:
+        """The budgets that select any of ``pods`` (terminal pods left out), each with how many it selects,
+        by namespace and name."""
+        counts: dict[BudgetKey, tuple[Budget, int]] = {}
+        with self._lock:
+            for pod in pods:
+                if pod.terminal:
+                    continue
+                labels = dict(pod.labels)
+                for budget in self._by_namespace.get(pod.namespace, {}).values():
+                    if labels_match(budget.selector, labels):
+                        key = (budget.namespace, budget.name)
+                        counts[key] = (budget, counts.get(key, (budget, 0))[1] + 1)
+        return [counts[key] for key in sorted(counts)]
+
     def allowed(self, pods: Sequence[PodRecord]) -> tuple[bool, str]:
         """Whether evicting all of ``pods`` at once stays within every budget that selects any of them;
         when not, the reason names the budget."""

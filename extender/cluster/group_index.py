@@ -27,6 +27,12 @@ class GroupIndex:
         self._meta: dict[GroupRef, GroupMeta] = {}
         self._changes: set[GroupRef] = set()
 
+    def copy(self) -> GroupIndex:
+        """An independent index of the same objects (no changes pending)."""
+        other = GroupIndex()
+        other._policies, other._objects, other._meta = dict(self._policies), dict(self._objects), dict(self._meta)
+        return other
+
     @staticmethod
     def parse(kind: GroupKind, obj: Mapping[str, Any]) -> Parsed:
         """A group object read (no state touched: callers parse before taking their lock); a malformed

@@ -69,6 +69,16 @@ class _NoListener:
         pass
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class MirrorRecords:
+    """What ``ClusterMirror.copy_records`` copies (``ClusterMirror.fork`` builds a mirror from it)."""
+
+    nodes: list[NodeRecord]
+    pods: list[PodRecord]
+    groups: GroupIndex
+    assumed: dict[str, str]
+
+
 class ClusterMirror:
     """The single owner of cluster state inside the extender process."""
 
@@ -124,7 +134,10 @@ class ClusterMirror:
     # ------------------------------------------------------------------------------------- nodes
     def upsert_node(self, obj: Mapping[str, Any]) -> str:
         """Add or update a node; returns its name."""
-        record = node_record(obj)
+        return self.upsert_node_record(node_record(obj))
+
+    def upsert_node_record(self, record: NodeRecord) -> str:
+        """``upsert_node`` of a node already read (a fork's, a what-if's)."""
         with self.lock:
             old = self.nodes.get(record.name)
             if old == record:
@@ -190,7 +203,10 @@ class ClusterMirror:
                     del self._members[pod.gang]
 
     def upsert_pod(self, obj: Mapping[str, Any]) -> PodRecord:
-        record = pod_record(obj)
+        return self.upsert_pod_record(pod_record(obj))
+
+    def upsert_pod_record(self, record: PodRecord) -> PodRecord:
+        """``upsert_pod`` of a pod already read (a fork's, a what-if's)."""
         with self.lock:
             old = self._pods.get(record.uid)
             if old == record:
@@ -389,6 +405,32 @@ class ClusterMirror:
     def gangs(self) -> Iterator[GangKey]:
         with self.lock:
             return iter(list(self._members))
+
+    # ------------------------------------------------------------------------------------ forks
+    def copy_records(self) -> MirrorRecords:
+        """The nodes, pods, group objects and assumed placements as they are now, copied in one short hold
+        of the lock (the records themselves are shared: immutable), for ``fork`` after it is released."""
+        with self.lock:
+            return MirrorRecords(list(self.nodes.values()), list(self._pods.values()), self._groups.copy(),
+                                 dict(self._assumed))
+
+    @classmethod
+    def fork(cls, records: MirrorRecords) -> ClusterMirror:
+        """A new mirror holding ``records`` (``copy_records``): what-if questions change it, never this one.
+        It has no reservations: whoever asks sets those its question needs."""
+        mirror = cls()
+        for node in records.nodes:
+            mirror.upsert_node_record(node)
+        mirror._groups = records.groups
+        mirror._assumed = dict(records.assumed)
+        for pod in records.pods:
+            mirror.upsert_pod_record(pod)
+        return mirror
+
+    def assumed(self) -> dict[str, str]:
+        """Pods accounted on a node the API server does not show them on yet (uid -> node): held or being bound."""
+        with self.lock:
+            return dict(self._assumed)
 
     # ------------------------------------------------------------------------------ reservations
     def set_reservation(self, gang: GangKey, slots: Iterable[Slot], holds_off: int | None = None) -> None:

@@ -26,16 +26,17 @@ from extender.gangs.admission import Admission
 from extender.gangs.attempts import Attempts
 from extender.gangs.barrier import Barrier, BindAction, BindDecision
 from extender.gangs.domains import Domain
-from extender.gangs.effects import Decision, Effect, Publish, Release, Tell, Wake, Work
+from extender.gangs.effects import Decision, Effect, Publish, Release, Reserve, Tell, Wake, Work
 from extender.gangs.expiry import Expiry
 from extender.gangs.latency import ReleaseLatency
 from extender.gangs.placement import GangPlacement
 from extender.gangs.policies import PolicyChanges
 from extender.gangs.preemption import Budgets, GangPreemption
 from extender.gangs.queue import GangQueue
-from extender.gangs.record import GangRecord, Hold
+from extender.gangs.record import GangRecord, Hold, Reservation
 from extender.gangs.registry import GangRegistry, OnEvent, OnStatus, OnWake
 from extender.gangs.settings import GangSettings
+from extender.gangs.state import LedgerState
 from extender.gangs.victims import VictimUnit
 from extender.gangs.view import LedgerView
 from extender.gangs.waitlist import Waitlist
@@ -100,6 +101,26 @@ class GangLedger:
         self.view = LedgerView(registry, placement, waitlist, admission, queue, preemption_part, settings, clock)
         self._ordering = False  # inside a pass over the gangs ahead: admitting one starts no other pass
         mirror.listen(self)  # members bound by another binder, members gone
+
+    def adopt(self, state: LedgerState) -> None:
+        """Take another ledger's published state (``LedgerState``): a scratch ledger over a forked or rebuilt
+        mirror answering a what-if as the leader would. Its clock must tell wall-clock time. Gangs whose
+        group the mirror does not define are left out."""
+        with self.lock:
+            for uid, node in state.assumed.items():
+                self.mirror.assume(uid, node)
+            for entry in state.gangs:
+                policy = self.mirror.gang_policy(entry.gang)[1]
+                if policy is None:
+                    continue
+                record = self.registry.ensure(entry.gang, policy)
+                record.turn.priority, record.turn.waiting_since = entry.priority, entry.waiting_since
+                if entry.never_fits:
+                    record.plans.never_fits = Verdict(Code.WAIT_UNRESOLVABLE, entry.never_fits)
+                self.registry.mark_busy(record)
+                held = entry.reserved
+                if held is not None:
+                    self._apply([Reserve(record, Reservation(held.purpose, held.slots, held.since, held.priority))])
 
     def _apply(self, decision: Decision | Iterable[Effect]) -> Verdict | None:
         return self.registry.apply(decision)

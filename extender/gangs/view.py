@@ -10,7 +10,7 @@ block.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from extender.cluster.mirror import ClusterMirror
@@ -22,6 +22,7 @@ from extender.gangs.queue import GangQueue
 from extender.gangs.record import GangRecord
 from extender.gangs.registry import GangRegistry
 from extender.gangs.settings import GangSettings
+from extender.gangs.state import GangEntry, LedgerState, Reserved
 from extender.gangs.waitlist import Waitlist
 from extender.model.cluster import PodRecord
 from extender.model.gang import NONE, GangKey, GangPolicy, TopologyProblem
@@ -79,6 +80,29 @@ class LedgerView:
                 return True
             now = self.clock()
             return any(r.holds or r.admitted or r.backoff_until > now for r in self.registry.busy())
+
+    # ------------------------------------------------------------------------------ published
+    def state(self, wall_now: float, scheduler_names: Sequence[str]) -> LedgerState:
+        """What only this ledger knows of the gangs, for what-if questions asked elsewhere (``LedgerState``):
+        the busy gangs' places in the order, never-fits verdicts and reservations, and the pods accounted
+        ahead of the API server; ledger times turned into wall-clock times (``wall_now`` is now)."""
+        with self.lock:
+            offset = wall_now - self.clock()
+            gangs = []
+            for record in self.registry.busy():
+                held = record.reservation
+                never = record.plans.never_fits
+                if record.turn.waiting_since is None and held is None and never is None:
+                    continue
+                reserved = None if held is None else Reserved(held.purpose, held.since + offset, held.priority,
+                                                              held.slots)
+                since = record.turn.waiting_since
+                gangs.append(GangEntry(record.key, record.turn.priority, None if since is None else since + offset,
+                                       never.message if never is not None else "", reserved))
+            settings = self.settings
+            return LedgerState(wall_now, tuple(sorted(gangs, key=lambda e: str(e.gang))), self.mirror.assumed(),
+                               tuple(scheduler_names), self.preemption.enabled, settings.topology_levels,
+                               settings.max_held_binds, settings.max_release_members, settings.max_wait_seconds)
 
     # ------------------------------------------------------------------------------- explain
     def known_gangs(self) -> list[GangKey]:
