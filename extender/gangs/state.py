@@ -58,6 +58,7 @@ class LedgerState:
     max_held_binds: int | None
     max_release_members: int | None
     max_wait_seconds: float
+    complete: bool = True  # False: gangs were left out of the published form (it was too large)
 
     def to_json(self) -> dict[str, Any]:
         return {"version": VERSION, "publishedAt": round(self.published_at, 3),
@@ -86,7 +87,8 @@ class LedgerState:
             topology_levels=tuple(str(n) for n in _list(value.get("topologyLevels"), "topologyLevels")),
             max_held_binds=_count(value.get("maxHeldBinds"), "maxHeldBinds"),
             max_release_members=_count(value.get("maxReleaseMembers"), "maxReleaseMembers"),
-            max_wait_seconds=_number(value.get("maxWaitSeconds"), "maxWaitSeconds"))
+            max_wait_seconds=_number(value.get("maxWaitSeconds"), "maxWaitSeconds"),
+            complete=value.get("complete", True) is not False)
 
 
 def _entry_json(entry: GangEntry) -> dict[str, Any]:

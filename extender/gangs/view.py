@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from extender.cluster.mirror import ClusterMirror
+from extender.cluster.reservations import per_node
 from extender.gangs import explanation
 from extender.gangs.admission import Admission
 from extender.gangs.placement import GangPlacement
@@ -84,8 +85,9 @@ class LedgerView:
     # ------------------------------------------------------------------------------ published
     def state(self, wall_now: float, scheduler_names: Sequence[str]) -> LedgerState:
         """What only this ledger knows of the gangs, for what-if questions asked elsewhere (``LedgerState``):
-        the busy gangs' places in the order, never-fits verdicts and reservations, and the pods accounted
-        ahead of the API server; ledger times turned into wall-clock times (``wall_now`` is now)."""
+        the busy gangs' places in the order, never-fits verdicts and reservations (one slot per node, what
+        it keeps there), and the pods accounted ahead of the API server; ledger times turned into
+        wall-clock times (``wall_now`` is now)."""
         with self.lock:
             offset = wall_now - self.clock()
             gangs = []
@@ -95,7 +97,7 @@ class LedgerView:
                 if record.turn.waiting_since is None and held is None and never is None:
                     continue
                 reserved = None if held is None else Reserved(held.purpose, held.since + offset, held.priority,
-                                                              held.slots)
+                                                              tuple(per_node(held.slots).items()))
                 since = record.turn.waiting_since
                 gangs.append(GangEntry(record.key, record.turn.priority, None if since is None else since + offset,
                                        never.message if never is not None else "", reserved))

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 REASON = "GangState"
 ANNOTATION = "gang-extender.io/explain"
 """The Event annotation holding the published form (JSON), read by ``kubectl gang``."""
+LEDGER_ANNOTATION = "gang-extender.io/ledger-state"
+"""The annotation of the one ``GangState`` Event that holds the leader's ``LedgerState`` (on its namespace
+object, in its namespace), read by ``kubectl gang fit``."""
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -45,6 +48,7 @@ class Published:
     steady: Mapping[str, Any]
     message: str
     complete: bool = False
+    annotation: str = ANNOTATION
 
 
 class ExplainPublisher(Generic[Key]):
@@ -93,7 +97,7 @@ class ExplainPublisher(Generic[Key]):
                 continue
             body = json.dumps(item.value, separators=(",", ":"), sort_keys=True)
             try:
-                self._write(item.target, "Normal", REASON, item.message, {ANNOTATION: body})
+                self._write(item.target, "Normal", REASON, item.message, {item.annotation: body})
             except Exception as exc:  # best effort, like every Event: the next round tries again
                 self.counts["failed"] += 1
                 log.warning("GangState of %s not written: %s; the rest wait for the next round", item.key, exc)

@@ -13,7 +13,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from extender import config
@@ -44,7 +44,7 @@ from extender.wiring.discovery import GroupWatches
 from extender.wiring.feeds import MirrorFeeds
 from extender.wiring.kueue import TopologyFeed, TopologyWatch
 from extender.wiring.leadership import Leadership
-from extender.wiring.reporting import GangReports, explained, status_writer
+from extender.wiring.reporting import GangReports, explained, ledger_state, status_writer
 from extender.wiring.runtime import API_PROBE_SECONDS, Runtime, freeze_heap
 
 log = logging.getLogger(__name__)
@@ -153,13 +153,19 @@ def from_api(settings: Settings) -> Runtime:
     runtime.group_watches = GroupWatches(kube.serves, feeds.start_group, feeds.stop_group)
     topology_feed = TopologyFeed(levels, kube)
     topology = TopologyWatch(kube.serves, topology_feed.start, topology_feed.stop_watch)
-    publisher = None
+    publishers: list[ExplainPublisher[Any]] = []
     if settings.explain_publish_seconds > 0:
-        publisher = ExplainPublisher(runtime.ledger.view.known_gangs,
-                                     lambda gang: explained(runtime.ledger, runtime.mirror, gang),
-                                     _if(leading, kube.create_event), interval=settings.explain_publish_seconds)
+        publishers.append(ExplainPublisher(runtime.ledger.view.known_gangs,
+                                           lambda gang: explained(runtime.ledger, runtime.mirror, gang),
+                                           _if(leading, kube.create_event),
+                                           interval=settings.explain_publish_seconds))
+        namespace, names = settings.lease_namespace or default_namespace(), sorted(config.scheduler_names(settings))
+        publishers.append(ExplainPublisher(lambda: ["ledger-state"],
+                                           lambda _key: ledger_state(runtime.ledger, namespace, names),
+                                           _if(leading, kube.create_event),
+                                           interval=settings.explain_publish_seconds))
     runtime.starter = ApiStart(runtime, kube, feeds, runtime.group_watches, elector, topology, topology_feed,
-                               publisher, leading).run
+                               publishers, leading).run
     return runtime
 
 
@@ -178,7 +184,7 @@ class ApiStart:
     elector: LeaderElector | None
     topology: TopologyWatch | None = None
     topology_feed: TopologyFeed | None = None
-    publisher: ExplainPublisher[Any] | None = None  # GangState Events, rounds while leading and synced
+    publishers: list[ExplainPublisher[Any]] = field(default_factory=list)  # GangState Events, while leading, synced
     leading: Callable[[], bool] = lambda: True
 
     def discover(self) -> bool:
@@ -228,8 +234,8 @@ class ApiStart:
                              args=(lambda: all(r.synced.is_set() for r in runtime.core_reflectors),
                                    runtime.stop_event)).start()
         runtime.finish_start()
-        if self.publisher is not None:
-            threading.Thread(target=self.publisher.run, name="explain-publish", daemon=True,
+        for publisher in self.publishers:
+            threading.Thread(target=publisher.run, name="explain-publish", daemon=True,
                              args=(runtime.stop_event, lambda: self.leading() and runtime.synced())).start()
         while not runtime.stop_event.wait(runtime.settings.discovery_interval_seconds):
             if not self.discover():

@@ -5,7 +5,8 @@ about a gang goes on (``gang_event_targets``: its Workload or PodGroup, else its
 name; reasons about one member on that member), which groups get a status, and rendering a group's
 status body from the mirror and applying it (``status_writer``), where an HTTP 409 from the API server
 means another field manager owns that status and 404 that the object is gone; each known gang's
-published explanation and the object it goes on (``explanations``, for ``kube.publishing``). Must not:
+published explanation and the object it goes on (``explanations``, for ``kube.publishing``); the
+leader's ledger state and the object it goes on (``ledger_state``). Must not:
 decide gang rules, queue or rate-limit writes (``kube.events``, ``kube.status`` and ``kube.publishing``
 do), or block the ledger.
 """
@@ -13,8 +14,9 @@ do), or block the ledger.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +26,7 @@ from extender.errors import KubeError
 from extender.gangs import explanation
 from extender.gangs.ledger import GangLedger
 from extender.kube.events import EventRecorder, pod_reference
-from extender.kube.publishing import Published
+from extender.kube.publishing import LEDGER_ANNOTATION, Published
 from extender.kube.status import CONFLICT, SENT, SKIPPED, StatusWriter, Write
 from extender.model.cluster import PodRecord
 from extender.model.gang import GangKey, GangStatus, GroupKind, GroupRef
@@ -128,3 +130,28 @@ def explained(ledger: GangLedger, mirror: ClusterMirror, gang: GangKey,
     value = explanation.compact(answer, now())
     return Published(str(gang), target, value, explanation.steady(value), explanation.summary(answer),
                      complete=answer.get("state") == "Complete")
+
+
+MAX_STATE_BYTES = 200_000
+"""The most JSON the published ledger state may take (an Event's annotations hold 256 KiB in all)."""
+
+
+def ledger_state(ledger: GangLedger, namespace: str, scheduler_names: Sequence[str],
+                 now: Callable[[], float] = time.time) -> Published:
+    """The leader's ``LedgerState`` as one ``GangState`` Event on its namespace object, in its namespace
+    (``kubectl gang fit`` reads it). Past ``MAX_STATE_BYTES`` the gangs last in the state are left out and
+    the form says it is incomplete (``fit`` says so)."""
+    state = ledger.view.state(now(), scheduler_names).to_json()
+    gangs = state["gangs"]
+    size = len(json.dumps(state, separators=(",", ":")))
+    while gangs and size > MAX_STATE_BYTES:
+        size -= len(json.dumps(gangs.pop(), separators=(",", ":"))) + 1
+        state["complete"] = False
+    steady = {k: v for k, v in state.items() if k != "publishedAt"}
+    waiting = sum(1 for g in gangs if g.get("waitingSince") is not None
+                  and (g.get("reserved") or {}).get("purpose") != "admitted")
+    reserving = sum(1 for g in gangs if g.get("reserved"))
+    target = {"apiVersion": "v1", "kind": "Namespace", "namespace": namespace, "name": namespace}
+    return Published("ledger-state", target, state, steady,
+                     f"gang-extender's ledger: {waiting} gang(s) waiting their turn, {reserving} holding a "
+                     "reservation (kubectl gang fit reads this Event)", annotation=LEDGER_ANNOTATION)

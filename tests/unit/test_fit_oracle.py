@@ -10,11 +10,13 @@ property test does the same for random clusters and gangs.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -22,8 +24,10 @@ from extender.cluster.mirror import ClusterMirror
 from extender.fitting import oracle, submission
 from extender.gangs.ledger import GangLedger
 from extender.gangs.settings import GangSettings
+from extender.gangs.state import LedgerState
 from extender.model.cluster import PodRecord
 from extender.model.gang import PASS, GroupKind
+from extender.wiring import reporting
 from tests.builders import FakeClock, node, pod
 
 RACK = "example.com/rack"
@@ -255,3 +259,32 @@ def test_fit_agrees_with_what_the_extender_then_does(case: tuple[int, list[tuple
         assert c.ledger.admit(question.gang, policy) == PASS, answer  # type: ignore[arg-type]
     else:
         assert verdict == oracle.WAITS and c.verdict != PASS, answer
+
+
+# ------------------------------------------------------------------------------ the published state
+def test_the_published_state_reads_back_and_a_malformed_one_is_refused() -> None:
+    c = Cluster()
+    c.nodes(2)
+    c.running("hog", "4", "n0", priority=1000)
+    c.submit(submission.read(gang_file("waits", 2, "3")))
+    c.submit(submission.read(gang_file("small", 1, "1")))
+    published = reporting.ledger_state(c.ledger, "gang-scheduler", ["gang-scheduler"], now=lambda: 1000.0)
+    assert published.target == {"apiVersion": "v1", "kind": "Namespace", "namespace": "gang-scheduler",
+                                 "name": "gang-scheduler"}
+    assert published.annotation == "gang-extender.io/ledger-state" and "1 gang(s) waiting" in published.message
+    state = LedgerState.from_json(json.loads(json.dumps(published.value)))
+    assert state == c.ledger.view.state(1000.0, ["gang-scheduler"])
+    assert {str(e.gang): (e.waiting_since is not None, e.reserved is not None) for e in state.gangs} == {
+        "default/waits": (True, False), "default/small": (True, True)}
+    assert "publishedAt" not in published.steady
+    for broken in ({}, {"version": 2}, {**published.value, "gangs": [{"gang": "x"}]},
+                   {**published.value, "assumed": []}):
+        with pytest.raises(ValueError):
+            LedgerState.from_json(broken)
+    reporting.MAX_STATE_BYTES, saved = 600, reporting.MAX_STATE_BYTES
+    try:
+        cut = reporting.ledger_state(c.ledger, "ns", ["gang-scheduler"], now=lambda: 1000.0).value
+    finally:
+        reporting.MAX_STATE_BYTES = saved
+    assert cut["complete"] is False and len(cut["gangs"]) < 2
+    assert LedgerState.from_json(cut).complete is False
