@@ -122,3 +122,9 @@ bench-gang-perf: $(BENCH_STAMP) k8s  # upstream's gang benchmark at 5,000 nodes 
 
 record-corpus: $(STAMP) k8s  # re-record tests/data/corpus from a real kube-scheduler
 	$(BIN)/python hack/record_corpus.py
+
+# ---- images (docs/deploy.md, section 0) -----------------------------------------------------------
+.PHONY: image
+
+image:  # gang-extender:dev and localhost/kube-scheduler:v1.35.4, offline on a Debian base made here, then checked
+	bash hack/image/build.sh

@@ -8,6 +8,7 @@ the extender; every layer imports this.
     │   ├── ProtocolError: a request that is not a valid extender request (answered with HTTP 400)
     │   ├── ConfigError: a setting
     │   ├── SnapshotError: a cluster snapshot file
+    │   ├── SubmissionError: objects kubectl gang fit was asked about that are not one gang
     │   └── ObjectError: a Kubernetes object too malformed to use
     │       ├── RecordError: a Pod or Node
     │       ├── GroupError: a gang link or group object
@@ -55,6 +56,10 @@ class ConfigError(BadInputError):
 
 class SnapshotError(BadInputError):
     """A cluster snapshot file that cannot be read."""
+
+
+class SubmissionError(BadInputError):
+    """Objects that do not describe one gang that could be submitted; the message says what to change."""
 
 
 class ObjectError(BadInputError):

@@ -115,7 +115,13 @@ def fix_lines(fix: Mapping[str, Any] | None) -> list[str]:
         return [f"Fix:         add {fix.get('nodes')} node(s) like {shape.get('like')} "
                 f"({shape.get('allocatable')}){where}"]
     if kind == "never":
-        return ["Fix:         none: it can never fit (see Waiting)"]
+        grow = fix.get("addNodes") or {}
+        if grow:
+            shape = grow.get("shape") or {}
+            where = f" in {grow['domain']}" if grow.get("domain") else ""
+            return [f"Fix:         never as the cluster is; {grow.get('nodes')} more node(s) like {shape.get('like')} "
+                    f"({shape.get('allocatable')}){where} would hold it"]
+        return ["Fix:         none: no node shape the cluster has could hold it (see Waiting)"]
     return []
 
 

@@ -21,7 +21,8 @@ from extender.cluster.budgets import Budget
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.records import pod_record
 from extender.cluster.reservations import per_node
-from extender.fitting.submission import Submission, SubmissionError
+from extender.errors import SubmissionError
+from extender.fitting.submission import Submission
 from extender.gangs.admission import quorum
 from extender.gangs.ledger import GangLedger
 from extender.gangs.preemption import Budgets
@@ -93,8 +94,10 @@ def ask(world: World, submission: Submission) -> dict[str, Any]:
         return {**answer, "verdict": FITS_NOW, "summary": "enough members are placed already: the rest go wherever "
                 "kube-scheduler finds room"}
     if record is not None and record.plans.never_fits is not None:
+        fix = ledger.view.explain(gang).get("fix") or {}
+        grow = fix.get("addNodes")
         return {**answer, "verdict": NEVER, "summary": record.plans.never_fits.message,
-                "reason": record.plans.never_fits.message}
+                "reason": record.plans.never_fits.message, **({"capacity": grow} if grow else {})}
     if verdict.code is Code.WAIT_UNRESOLVABLE:
         return {**answer, "verdict": NEVER, "summary": verdict.message, "reason": verdict.message}
     ledger.sweep()  # the order's pass: what the leader's next pass would start for it (a preemption)

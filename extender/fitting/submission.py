@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.cluster.groups import ANNOTATION_MIN_COUNT, COSCHEDULING_LABEL, OBJECT_KINDS, pod_link
-from extender.errors import BadInputError, GroupError
+from extender.errors import GroupError, SubmissionError
 from extender.model.gang import GangKey, GroupKind
 
 MAX_PODS = 100_000
@@ -38,10 +38,6 @@ MAX_PODS = 100_000
 DEFAULT_SCHEDULER = "default-scheduler"
 UID_PREFIX = "fit-"
 """The made-up uids of a submission's pods: ``fit-<n>`` (no real pod's uid looks like this)."""
-
-
-class SubmissionError(BadInputError):
-    """Objects that do not describe one gang that could be submitted; the message says what to change."""
 
 
 @dataclass
@@ -87,6 +83,30 @@ def read(objects: Iterable[Mapping[str, Any]], namespace: str = "default", count
                               "JobSet or PyTorchJob")
     _one_gang(out)
     return out
+
+
+def set_priorities(out: Submission, classes: Iterable[Mapping[str, Any]]) -> None:
+    """Give each pod the priority the API server's Priority admission would: its ``priorityClassName``'s
+    value, else the global default class's, else 0 (a pod that has ``priority`` keeps it). An unknown class
+    is refused, as the API server refuses the pod."""
+    values: dict[str, int] = {}
+    default = 0
+    for obj in classes:
+        name = str(_dict(obj.get("metadata")).get("name") or "")
+        value = obj.get("value")
+        if name and isinstance(value, int) and not isinstance(value, bool):
+            values[name] = value
+            if obj.get("globalDefault") is True:
+                default = value
+    for pod in out.pods:
+        spec = pod["spec"]
+        if isinstance(spec.get("priority"), int):
+            continue
+        name = spec.get("priorityClassName")
+        if name and name not in values:
+            raise SubmissionError(f"pod {pod['metadata']['name']}: no PriorityClass {name!r} (the API server would "
+                                  "refuse the pod)")
+        spec["priority"] = values[name] if name else default
 
 
 def _flatten(objects: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:

@@ -206,31 +206,36 @@ def _fix(facts: GangFacts, state: str, order: Mapping[str, Any] | None, pending:
          free_of: Callable[[NodeRecord], Resources]) -> dict[str, Any] | None:
     """What would unblock a waiting gang, for people and autoscalers: the gangs it waits behind
     (``waitFor``), the victims of its preemption (``preempt``), or the fewest nodes of a shape the cluster
-    has to add, and in which domain (``addNodes``); ``never`` with its reason. None: nothing to fix (it is
-    placed, placing or missing members) or nothing found."""
-    if state == "NeverFits":
-        return {"kind": "never", "reason": facts.never_fits}
-    if state not in FIX_STATES or facts.policy is None:
+    has to add, and in which domain (``addNodes``); ``never`` with its reason (and, when nodes of a shape
+    the cluster has would change that, how many: ``addNodes``). None: nothing to fix (it is placed,
+    placing or missing members) or nothing found."""
+    if state not in (*FIX_STATES, "NeverFits") or facts.policy is None:
         return None
     ahead = (order or {}).get("ahead") or []
+    if state == "NeverFits":  # never as the cluster is; nodes of a shape it has may change that
+        found = _growth(facts, pending, placed_on, nodes, free_of)
+        return {"kind": "never", "reason": facts.never_fits, **({"addNodes": found.to_json()} if found else {})}
     if ahead:
         return {"kind": "waitFor", "gangs": [a.get("gang") for a in ahead], "position": (order or {}).get("position")}
     preemption = (order or {}).get("preemption") or {}
     if preemption.get("victims"):
         return {"kind": "preempt", "victims": list(preemption["victims"]), "pods": preemption.get("pods")}
+    found = _growth(facts, pending, placed_on, nodes, free_of)
+    return {"kind": "addNodes", **found.to_json()} if found is not None else None
+
+
+def _growth(facts: GangFacts, pending: Sequence[PodRecord], placed_on: Sequence[str], nodes: Sequence[NodeRecord],
+            free_of: Callable[[NodeRecord], Resources]) -> growth.Growth | None:
+    """The fewest nodes of a shape the cluster has after which the rest of the gang fits now."""
     constraint = facts.constraint
-    if isinstance(constraint, TopologyProblem):
+    if isinstance(constraint, TopologyProblem) or facts.policy is None:
         return None
-    placed = max(len(placed_on), 0)
-    needed = max(facts.policy.min_count - placed - len(facts.held), 0)
+    needed = max(facts.policy.min_count - len(placed_on) - len(facts.held), 0)
     chosen = pick_for_reservation(list(pending), needed)
     by_name = {node.name: node for node in nodes}
     bound_nodes = [by_name[name] for name in placed_on if name in by_name]
-    found = growth.smallest_growth(chosen, pending, nodes, free_of, lambda node: free_of(node).get(CPU, 0),
-                                   constraint, facts.levels, bound_nodes)
-    if found is None:
-        return None
-    return {"kind": "addNodes", **found.to_json()}
+    return growth.smallest_growth(chosen, pending, nodes, free_of, lambda node: free_of(node).get(CPU, 0),
+                                  constraint, facts.levels, bound_nodes)
 
 
 def topology_view(constraint: Parsed, domain: Domain | None,

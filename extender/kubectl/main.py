@@ -1,36 +1,49 @@
 """``kubectl gang`` (the executable ``kubectl-gang``): gangs as the API server shows them, from a laptop.
 
-Owns: the plugin's flags (``list [-n NS | -A]``, ``explain NS/GROUP``, ``--kubeconfig``, ``--context``,
-``KUBECONFIG`` as kubectl reads it), and the reads: the newest served version of each group API
+Owns: the plugin's flags (``list [-n NS | -A]``, ``explain NS/GROUP``, ``fit -f FILE``, ``--kubeconfig``,
+``--context``, ``KUBECONFIG`` as kubectl reads it), and the reads: the newest served version of each group API
 (``cluster.groups.GROUP_APIS``), the pods, and the Events gang-extender wrote, of one namespace or all,
 through the ``Reader`` seam (``KubeClient`` in use). Exit codes: 0 done, 1 no such gang (explain), 2 bad
 arguments or the API server cannot be read. Must not: talk to the extender (everything comes from the
-API server: the leader publishes what only it knows as ``GangState`` Events), or decide anything.
+API server: the leader publishes what only it knows as ``GangState`` Events), or decide anything (``fit``
+asks ``fitting.oracle`` through ``kubectl.fit``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, Protocol, TextIO
 from urllib.parse import quote
 
+import yaml
+
 from extender.cluster.groups import GROUP_APIS
-from extender.errors import KubeError
+from extender.errors import KubeError, SubmissionError
+from extender.fitting import submission
 from extender.kube.client import KubeClient, kubeconfig_namespace
-from extender.kubectl import collect, render
+from extender.kubectl import collect, fit, render
 
 PROG = "kubectl gang"
 VIEWER_ROLE = "gang-extender:kubectl-gang-viewer"
 """The shipped ClusterRole granting what ``read`` lists (manifests/rbac/kubectl-gang-viewer.yaml)."""
+FIT_ROLE = "gang-extender:kubectl-gang-fit"
+"""The shipped ClusterRole granting what ``fit`` reads (manifests/rbac/kubectl-gang-fit.yaml)."""
 
 
-def _hint(exc: KubeError) -> str:
-    """What to do about a refusal: the role that grants every read of this plugin."""
+def _hint(exc: KubeError, command: str = "") -> str:
+    """What to do about a refusal: the role that grants every read of this command."""
+    if exc.status != 403:
+        return ""
+    if command == "fit":
+        return (f"; fit reads the whole cluster (nodes, every namespace's pods, PodDisruptionBudgets, group "
+                f"objects, gang-extender's Events): ask for a ClusterRoleBinding to the ClusterRole {FIT_ROLE}")
     return (f"; the ClusterRole {VIEWER_ROLE} grants what {PROG} reads: ask for a RoleBinding to it in the "
-            "namespace (a ClusterRoleBinding for -A)") if exc.status == 403 else ""
+            "namespace (a ClusterRoleBinding for -A)")
 
 
 class Reader(Protocol):
@@ -83,12 +96,48 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("group", metavar="NAMESPACE/GROUP", help="a PodGroup, Workload or annotation group")
     explain.add_argument("--pod-group", help="only this pod group of a 1.35 Workload")
     explain.add_argument("--replica", help="only this podGroupReplicaKey of a 1.35 Workload")
+    fit = commands.add_parser("fit", help="would a gang start if submitted now, where, and if not, what would it "
+                              "take (nothing is created)")
+    fit.add_argument("-f", "--filename", required=True, metavar="FILE",
+                     help="what you would submit: group object and pods, a pod template, a Job, JobSet or PyTorchJob "
+                          "(YAML or JSON; - for stdin)")
+    fit.add_argument("-n", "--namespace", help="namespace of objects without one [default: the context's]")
+    fit.add_argument("--count", type=int, help="copies of a lone Pod or PodTemplate")
+    fit.add_argument("--extender-namespace", help="read the state of the gang-extender in this namespace only")
+    fit.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text or the JSON answer")
     return parser
 
 
+def _objects(source: str, stdin: TextIO) -> list[Any]:
+    """The documents of a YAML or JSON file (``-``: stdin); SubmissionError when it cannot be read."""
+    try:
+        text = stdin.read() if source == "-" else Path(source).read_text()
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise SubmissionError(f"cannot read {source}: {exc}") from None
+
+
+def _fit(args: argparse.Namespace, kube: Reader, out: TextIO, err: TextIO, stdin: TextIO, now: float) -> int:
+    namespace = args.namespace or kubeconfig_namespace(args.kubeconfig, args.context)
+    if args.count is not None and args.count < 1:
+        print(f"{PROG} fit: --count must be at least 1, got {args.count}", file=err)
+        return 2
+    try:
+        question = submission.read(_objects(args.filename, stdin), namespace, args.count)
+        answer = fit.answer(kube, question, extender_namespace=args.extender_namespace, now=now)
+    except SubmissionError as exc:
+        print(f"{PROG} fit: {exc}", file=err)
+        return 2
+    print(json.dumps(answer, indent=2, sort_keys=True) if args.output == "json" else render.fit_page(answer),
+          end="\n" if args.output == "json" else "", file=out)
+    return 0
+
+
 def run(args: argparse.Namespace, kube: Reader, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
-        now: float | None = None) -> int:
+        now: float | None = None, stdin: TextIO = sys.stdin) -> int:
     now = time.time() if now is None else now
+    if args.command == "fit":
+        return _fit(args, kube, out, err, stdin, now)
     if args.command == "list":
         namespace = None if args.all_namespaces else (args.namespace or
                                                       kubeconfig_namespace(args.kubeconfig, args.context))
@@ -119,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args, kube)
     except KubeError as exc:
-        print(f"{PROG}: cannot read the API server {kube.server}: {exc}{_hint(exc)}", file=sys.stderr)
+        print(f"{PROG}: cannot read the API server {kube.server}: {exc}{_hint(exc, args.command)}", file=sys.stderr)
         return 2
     finally:
         kube.close()

@@ -1,14 +1,16 @@
 """How ``kubectl gang`` prints: the ``list`` table and the ``explain`` page (pure).
 
 Owns: one line per gang for ``list`` (columns sized to their content, the reason cut to fit a terminal
-line) and, for ``explain``, the live counts the pods show, the last gang Event, and the leader's
-published explanation printed as ``gang-extender explain`` prints it (``extender.explain.render``).
+line); for ``explain``, the live counts the pods show, the last gang Event, and the leader's
+published explanation printed as ``gang-extender explain`` prints it (``extender.explain.render``);
+for ``fit``, the answer and what it rests on.
 Must not: read from the API server or decide a gang's state (``collect`` does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from extender import explain
 from extender.gangs.explanation import expand
@@ -73,3 +75,53 @@ def page(row: GangRow, now: float) -> str:
         return "\n".join(lines) + "\n"
     lines.extend("  " + line if line else line for line in body.rstrip("\n").split("\n")[1:])
     return "\n".join(lines) + "\n"
+
+
+def fit_page(answer: Mapping[str, Any]) -> str:
+    """The ``kubectl gang fit`` answer: the verdict and its one line, then what it rests on."""
+    lines = [f"Gang:        {answer.get('gang')} ({answer.get('members')} pod(s), minCount "
+             f"{answer.get('minCount', '-')}, scheduler {answer.get('schedulerName')})",
+             f"Answer:      {answer.get('verdict')}: {answer.get('summary')}"]
+    placement = answer.get("placement") or {}
+    if placement.get("nodes"):
+        where = f" (domain {placement['domain']})" if placement.get("domain") else ""
+        lines.append(f"Where:       {_counts(placement['nodes'])}{where}")
+    preemption = answer.get("preemption") or {}
+    for victim in preemption.get("victims") or []:
+        budgets = "; ".join(f"{b['name']} allows {b['disruptionsAllowed']} (selects {b['selects']})"
+                            for b in victim.get("budgets") or []) or "no PodDisruptionBudget"
+        lines.append(f"Evicts:      {victim.get('unit')} (priority {victim.get('priority')}, "
+                     f"{len(victim.get('pods') or [])} pod(s)); {budgets}")
+    if preemption.get("cost"):
+        cost = preemption["cost"]
+        lines.append(f"Cost:        {cost.get('pods')} pod(s) of {cost.get('units')} unit(s), "
+                     f"{cost.get('gangs')} whole gang(s)")
+    order = answer.get("order") or {}
+    for ahead in order.get("ahead") or []:
+        lines.append(f"After:       {ahead.get('gang')} (priority {ahead.get('priority')}, waiting "
+                     f"{ahead.get('waitingSeconds')}s)")
+    capacity = answer.get("capacity") or {}
+    if capacity:
+        shape = capacity.get("shape") or {}
+        labels = ", ".join(f"{k}={v}" for k, v in (shape.get("labels") or {}).items()) or "no labels"
+        lines.append(f"{'Add:' if answer.get('verdict') != 'Never' else 'Unless:':<13}{capacity.get('nodes')} "
+                     f"node(s) like {shape.get('like')} are added: "
+                     f"{shape.get('allocatable')}; {labels}"
+                     + (f"; in {capacity['domain']}" if capacity.get("domain") else ""))
+        lines.append(f"             ({capacity.get('shapesTried')} of {capacity.get('shapes')} node shape(s) "
+                     "tried; the cluster's own shapes only)")
+    if answer.get("noPreemption"):
+        lines.append(f"Preemption:  none: {answer['noPreemption']}")
+    if answer.get("waiting") and answer.get("verdict") not in ("FitsNow", "Never"):
+        lines.append(f"Waiting:     {answer['waiting']}")
+    age = answer.get("stateAgeSeconds")
+    lines.append("As of:       the cluster now" + (f"; the leader's state {age:g}s ago" if age is not None else ""))
+    for note in answer.get("notes") or []:
+        lines.append(f"Note:        {note}")
+    return "\n".join(lines) + "\n"
+
+
+def _counts(nodes: Mapping[str, int]) -> str:
+    shown = [f"{name} x{count}" if count > 1 else name for name, count in list(nodes.items())[:12]]
+    more = f" and {len(nodes) - 12} more node(s)" if len(nodes) > 12 else ""
+    return ", ".join(shown) + more

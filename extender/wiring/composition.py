@@ -125,6 +125,10 @@ def from_snapshot(settings: Settings) -> Runtime:
     return runtime
 
 
+LEDGER_REFRESH_SECONDS = 60.0
+"""The leader's ledger state is written again at least this often, changed or not: ``kubectl gang fit``
+takes a state much older than this for one no leader keeps (``kubectl.fit.STALE_SECONDS``)."""
+
 CONNECTIONS_BESIDE_BINDS = 24
 """API connections kept beside a release's Bindings: one per watch (nodes, pods, each group API and
 version, PodDisruptionBudgets, Kueue Topologies) and the writers (Events, status, the Lease, evictions)."""
@@ -163,7 +167,7 @@ def from_api(settings: Settings) -> Runtime:
         publishers.append(ExplainPublisher(lambda: ["ledger-state"],
                                            lambda _key: ledger_state(runtime.ledger, namespace, names),
                                            _if(leading, kube.create_event),
-                                           interval=settings.explain_publish_seconds))
+                                           interval=settings.explain_publish_seconds, refresh=LEDGER_REFRESH_SECONDS))
     runtime.starter = ApiStart(runtime, kube, feeds, runtime.group_watches, elector, topology, topology_feed,
                                publishers, leading).run
     return runtime

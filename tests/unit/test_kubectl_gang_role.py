@@ -40,9 +40,9 @@ class Recording:
         return []
 
 
-def granted() -> set[tuple[str, str, str]]:
-    (role,) = [d for d in yaml.safe_load_all(ROLE.read_text()) if d]
-    assert role["kind"] == "ClusterRole" and role["metadata"]["name"] == main.VIEWER_ROLE
+def granted(path: Path = ROLE, name: str = main.VIEWER_ROLE) -> set[tuple[str, str, str]]:
+    (role,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert role["kind"] == "ClusterRole" and role["metadata"]["name"] == name
     return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
             for resource in rule["resources"] for verb in rule["verbs"]}
 
@@ -67,3 +67,29 @@ def test_a_refusal_names_the_role() -> None:
     except KubeError as exc:  # main.main prints it with the same hint
         assert main.VIEWER_ROLE in main._hint(exc)
     assert main.VIEWER_ROLE in err.getvalue()  # the group objects' warnings
+
+
+FIT_ROLE = ROLE.with_name("kubectl-gang-fit.yaml")
+
+
+def test_the_fit_role_grants_exactly_what_fit_reads(tmp_path: Path) -> None:
+    """``kubectl gang fit`` reads the whole cluster; its role (never aggregated) grants that and no more."""
+    question = tmp_path / "gang.yaml"
+    question.write_text(yaml.safe_dump_all([
+        {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": {"name": "g"},
+         "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "g"},
+         "spec": {"parallelism": 2, "template": {"spec": {"schedulingGroup": {"podGroupName": "g"},
+                                                          "containers": [{"name": "c", "image": "x"}]}}}}]))
+    reader, out = Recording(), io.StringIO()
+    assert main.run(main._parser().parse_args(["fit", "-f", str(question), "-n", "ml"]), reader, out,
+                    io.StringIO(), now=0.0) == 0
+    assert "Answer:      Never:" in out.getvalue()  # no node at all
+    assert reader.listed == granted(FIT_ROLE, main.FIT_ROLE)
+    (role,) = [d for d in yaml.safe_load_all(FIT_ROLE.read_text()) if d]
+    assert not any(k.startswith("rbac.authorization.k8s.io/aggregate") for k in role["metadata"]["labels"])
+
+
+def test_a_refused_fit_names_the_fit_role() -> None:
+    assert main.FIT_ROLE in main._hint(KubeError("GET /api/v1/nodes: 403", 403), "fit")
+    assert main.VIEWER_ROLE in main._hint(KubeError("GET /api/v1/pods: 403", 403), "list")

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from extender.cluster.groups import COSCHEDULING_LABEL
-from extender.fitting.submission import SubmissionError, read
+from extender.errors import SubmissionError
+from extender.fitting.submission import read, set_priorities
 from extender.model.gang import GroupKind
 
 TEMPLATE = {"metadata": {"annotations": {"gang-extender.io/group": "g", "gang-extender.io/min-count": "3"}},
@@ -94,3 +95,18 @@ def test_a_list_is_read_item_by_item() -> None:
 def test_what_is_not_one_gang_is_refused_with_what_to_change(objects: list[Any], says: str) -> None:
     with pytest.raises(SubmissionError, match=says):
         read(objects)
+
+
+def test_pods_get_the_priority_the_api_server_would_give_them() -> None:
+    classes = [{"metadata": {"name": "high"}, "value": 1000},
+               {"metadata": {"name": "normal"}, "value": 5, "globalDefault": True}]
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "a"},
+           "spec": {"parallelism": 2, "template": linked("a")}}
+    out = read([job])
+    out.pods[0]["spec"]["priorityClassName"] = "high"
+    set_priorities(out, classes)
+    assert [p["spec"]["priority"] for p in out.pods] == [1000, 5]  # its class, else the global default
+    out = read([job])
+    out.pods[0]["spec"]["priorityClassName"] = "missing"
+    with pytest.raises(SubmissionError, match="no PriorityClass 'missing'"):
+        set_priorities(out, classes)
