@@ -1,9 +1,11 @@
-# syntax=docker/dockerfile:1
+# gang-extender image: `docker build -t gang-extender:dev .` (BuildKit: DOCKER_BUILDKIT=1 or buildx)
 #
-# gang-extender image: `docker build -t gang-extender:dev .`
-#
-# Two stages, both python:3.11-slim:
-#   builder  builds the gang-extender wheel and a wheel of every dependency (needs the network);
+# Two stages, both PYTHON_IMAGE (default python:3.11-slim; `make image` builds on a Debian bookworm base
+# it makes itself, hack/image/build.sh):
+#   builder  builds the gang-extender wheel and a wheel of every dependency (needs the network; a CA
+#            bundle given as the build secret `pip-ca`, e.g. `--secret id=pip-ca,src=/etc/ssl/certs/
+#            ca-certificates.crt`, is the one pip trusts, for a network whose TLS is re-signed; it is
+#            mounted for that step only and is not in any layer);
 #   runtime  installs those wheels, offline, into a venv at /opt/gang-extender. No compiler, no
 #            source tree, no pip inside the venv.
 #
@@ -29,7 +31,9 @@ WORKDIR /src
 # Only what the wheel is built from (.dockerignore keeps everything else out of the context).
 COPY pyproject.toml README.md ./
 COPY extender ./extender
-RUN python -m pip wheel --wheel-dir /wheels . \
+RUN --mount=type=secret,id=pip-ca \
+    if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
+ && python -m pip wheel --wheel-dir /wheels . \
  && ls /wheels/gang_extender-*.whl
 
 # ------------------------------------------------------------------------------------ runtime

@@ -10,6 +10,7 @@ help:
 	@echo "make demo       run the extender against a local Kubernetes control plane with a sample gang"
 	@echo "make test       lint, type-check, layer check, unit + HTTP + end-to-end tests (what CI runs)"
 	@echo "make test-fast  the same without the end-to-end tier"
+	@echo "make image      build gang-extender:dev and the chart's kube-scheduler image offline, then run them as users do"
 	@echo "make bench      filter latency benchmark (results: docs/performance.md)"
 	@echo "make bench-e2e  kube-scheduler end to end: alone, no-op extender, gang-extender, in-tree (bench-e2e-pinned: CPU-pinned)"
 	@echo "make fuzz       hostile input: 10,000 bodies per verb against a live server (docs/reliability.md)"
