@@ -196,7 +196,7 @@ class Binding:
             return {f"{namespace}/{name}": messages.RESUME_ABANDONED for namespace, name, _, _ in release.pods}
         outcomes: dict[str, str] = {}
         todo: list[tuple[PodRecord, str]] = []
-        later: list[PodRecord] = []
+        later: list[tuple[PodRecord, str]] = []
         for namespace, name, uid, node in release.pods:
             key = f"{namespace}/{name}"
             pod = self.mirror.pod_by_uid(uid)
@@ -205,7 +205,7 @@ class Binding:
             elif pod.node_name == node:
                 outcomes[key] = messages.RESUME_ALREADY_BOUND
             elif pod.needs_preparation and not pod.node_name:
-                later.append(pod)
+                later.append((pod, node))
                 outcomes[key] = messages.RESUME_NEEDS_PREPARATION
             else:
                 error = self.ledger.resume(pod, node)
@@ -238,10 +238,11 @@ class Binding:
             if gang is not None:
                 self.ledger.abandoned(gang, pods)
             return frozenset()
-        pending = [pod for pod in pods if not pod.node_name]
+        chosen = {uid: node for _, _, uid, node in release.pods}
+        pending = [(pod, chosen[pod.uid]) for pod in pods if not pod.node_name]
         if gang is not None:
             self.ledger.approve(gang, pending)
-        return frozenset(pod.uid for pod in pending)
+        return frozenset(pod.uid for pod, _ in pending)
 
     def _bound_now(self, release: OpenRelease) -> set[str] | None:
         """The uids of the release's members the API server shows bound now, read afresh (and put in the

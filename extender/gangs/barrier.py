@@ -82,6 +82,8 @@ class Barrier:
         if error:
             return Arrival(BindDecision(BindAction.REJECT, error=error))
         approved = self.registry.take_approval(pod.uid)  # used up by any bind that gets this far
+        if approved and existing is not None and existing.admitted and existing.reservation is not None:
+            return Arrival(BindDecision(BindAction.NOW, effects=self._approved_takes_its_place(existing, pod, node)))
         if gang is None or policy is None or approved:
             return Arrival(BindDecision(BindAction.NOW, effects=(Assume(pod.uid, node),)))
         record = existing or self.registry.ensure(gang, policy)
@@ -217,16 +219,40 @@ class Barrier:
         error = self.placement.fit_error(pod, node, pod.gang)
         return error, ([] if error else [Assume(pod.uid, node)])
 
-    def approve(self, gang: GangKey, pods: Sequence[PodRecord]) -> list[Effect]:
+    def approve(self, gang: GangKey, policy: GangPolicy | None, places: Sequence[tuple[PodRecord, str]]
+                ) -> list[Effect]:
         """Members of a release that a previous leader started and did not finish (its intent on the
-        Lease): each passes the barrier at its next bind request, to whatever node fits it then."""
-        if not pods:
+        Lease, ``places``: each unbound member and the node the release chose for it): each passes the
+        barrier at its next bind request, to whatever node fits it then. Until then the room the release
+        counted on stays theirs (a reservation, as for members whose Binding failed at release), so no
+        other pod takes it and leaves the gang partly bound; it is given up with the gang's timeout."""
+        if not places:
             return []
+        pods = [pod for pod, _ in places]
         self.registry.approve(pods)
         log.info("gang %s: release left open by the previous leader: %d member(s) pass the barrier at their next "
                  "bind", gang, len(pods))
-        return [Count("releases_resumed"),
-                Tell(list(pods), "Normal", "GangReleaseResumed", messages.release_resumed_by_leader(gang, len(pods)))]
+        effects: list[Effect] = []
+        if policy is not None:
+            record = self.registry.ensure(gang, policy)
+            now = self.clock()
+            if record.draining or record.preempting:  # members bound: it is admitted, the drain is over
+                effects += [Count("drains_ended"), WakeBlocked()]
+            kept = record.reservation if record.admitted and record.reservation is not None else \
+                Reservation(Purpose.ADMITTED, (), now)
+            effects.append(Reserve(record, kept.plus((node, pod.requests) for pod, node in places)))
+            record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(policy))
+        return [*effects, Count("releases_resumed"),
+                Tell(pods, "Normal", "GangReleaseResumed", messages.release_resumed_by_leader(gang, len(pods)))]
+
+    def _approved_takes_its_place(self, record: GangRecord, pod: PodRecord, node: str) -> tuple[Effect, ...]:
+        """An approved member binds now: it uses a slot of its gang's reservation; the last one ends the
+        attempt (the release left open is finished)."""
+        assert record.reservation is not None
+        left = record.reservation.using(node, pod.requests)
+        if left.slots or record.holds:
+            return Assume(pod.uid, node), Reserve(record, left)
+        return Assume(pod.uid, node), *self.attempts.reset(record)
 
     @staticmethod
     def abandoned(gang: GangKey, pods: Sequence[PodRecord]) -> list[Effect]:

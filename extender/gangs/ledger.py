@@ -429,10 +429,12 @@ class GangLedger:
             self._apply(effects)
             return error
 
-    def approve(self, gang: GangKey, pods: Sequence[PodRecord]) -> None:
-        """Members of a release a previous leader left open pass the barrier at their next bind."""
+    def approve(self, gang: GangKey, places: Sequence[tuple[PodRecord, str]]) -> None:
+        """Members of a release a previous leader left open pass the barrier at their next bind; the nodes
+        the release chose for them (``places``) are kept for them until then."""
         with self.lock:
-            self._apply(self.barrier.approve(gang, pods))
+            policy = self.placement.gang_of(places[0][0])[1] if places else None
+            self._apply(self.barrier.approve(gang, policy, places))
 
     def abandoned(self, gang: GangKey, pods: Sequence[PodRecord]) -> None:
         """A release left open had made no Binding: dropped, told (the gang forms again at the barrier)."""

@@ -280,3 +280,47 @@ def test_a_leader_with_pods_waiting_on_it_keeps_the_lease_while_idle(world: tupl
         assert not r.elector.is_leader(), "not called for longer than kube-scheduler's retry bound: hand it back"
     finally:
         r.h.close()
+
+
+def test_a_takeover_keeps_the_room_of_the_members_it_lets_through(world: tuple[FakeLeases, Clock]) -> None:
+    """Issue 26, finding 3 (found by tests/e2e/test_takeover_release.py): the new leader let the unbound
+    members of a release that had bound one through the barrier, but kept no room for them, so the next pod
+    kube-scheduler tried (a higher priority one) took the node the release had counted on and the gang was
+    left partly bound. Their places are now reserved until they bind (the last one ends the reservation)."""
+    server, clock = world
+    a, b = Replica(server, clock, "a"), Replica(server, clock, "b")
+    try:
+        a.leadership.called()
+        a.elector.step()
+        members = gang(a.h)
+        chosen = dict(zip((m["metadata"]["name"] for m in members), NODES4, strict=True))
+        a.intents.opened(gang_key("default/a"), [(m["metadata"]["namespace"], m["metadata"]["name"],
+                                                  m["metadata"]["uid"], chosen[m["metadata"]["name"]])
+                                                 for m in members])
+        # a bound a-0 (on n1), then died; b's mirror and API server show that
+        b.h.add(coscheduling_podgroup("a", 4), {**members[0], "spec": {**members[0]["spec"], "nodeName": "n1"}},
+                *members[1:])
+        b.leadership.called()
+        b.elector.step()
+        clock.now += CONFIG.lease_duration + 0.1
+        b.leadership.called()
+        b.elector.step()
+        assert b.elector.is_leader()
+        stop = threading.Event()
+        threading.Thread(target=b.leadership.resume_when_listed, args=(lambda: True, stop), daemon=True).start()
+        deadline = time.monotonic() + 5
+        while not b.h.events.of("GangReleaseResumed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stop.set()
+        other = pod("other", cpu="2")
+        b.h.add(other)
+        verdict = b.h.engine.filter(filter_args(other, NODES4))
+        assert not verdict.feasible, "n2-n4 are kept for a-1..a-3 (n1 has 1 cpu left)"
+        assert b.h.ledger.view.admitted_count() == 1
+        for member in members[1:]:  # each passes the barrier at once, to its place
+            assert b.h.engine.bind(bind_args(member, chosen[member["metadata"]["name"]])) == ""
+        assert b.h.binder.bound_names == ["a-1", "a-2", "a-3"]
+        assert b.h.ledger.view.admitted_count() == 0, "the last member bound ends the reservation"
+    finally:
+        a.h.close(), b.h.close()
