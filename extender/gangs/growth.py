@@ -5,7 +5,8 @@ shape is in the same topology domains as the nodes it copies), and for a gang wh
 complete, the smallest number of new empty nodes of one shape after which the same plan
 (``domains.place_gang``: the same members, free capacity, constraint and levels) completes. Shapes are
 tried most promising first (the fewest nodes their domain would need by cpu, then the most common), at
-most ``MAX_SHAPES`` of them. Must not: keep state, read the clock or change its inputs; decide whether
+most ``MAX_SHAPES`` of them, and shapes a plan cannot tell apart (they differ only by labels no member
+selects and no topology level uses) once. Must not: keep state, read the clock or change its inputs; decide whether
 a gang should wait for nodes (the callers say when it is the answer).
 """
 
@@ -19,7 +20,7 @@ from extender.cluster.fit import placement_failure
 from extender.cluster.records import pod_placement
 from extender.gangs import domains
 from extender.gangs.domains import TopologyPlan
-from extender.gangs.planner import copies
+from extender.gangs.planner import FreeCpu, copies
 from extender.labelkeys import HOSTNAME
 from extender.model.cluster import NodeRecord, PodRecord, Taint
 from extender.model.gang import TopologyConstraint
@@ -112,13 +113,26 @@ def smallest_growth(chosen: Sequence[PodRecord], pending: Sequence[PodRecord], n
         return None
     known = {node.name for node in nodes}
     all_shapes = shapes(nodes)
-    useful = [s for s in all_shapes if _holds_one(chosen, s)]
-    ranked = sorted(useful, key=lambda s: (_cpu_bound(s, chosen, nodes, free_cpu, constraint), -s.count, s.example))
+    useful = _distinct([s for s in all_shapes if _holds_one(chosen, s)], chosen, constraint, levels)
+    # The existing nodes' free capacity is the same in every plan tried: read it once.
+    base_cpu = {node.name: free_cpu(node) for node in nodes}
+    base_free: dict[str, Resources] = {}
+
+    def existing_free(node: NodeRecord) -> Resources:
+        found = base_free.get(node.name)
+        if found is None:
+            found = base_free[node.name] = free_of(node)
+        return found  # the planner copies what it is given before changing it
+
+    def cpu_of(node: NodeRecord) -> int:
+        return base_cpu[node.name]
+
+    ranked = sorted(useful, key=lambda s: (_cpu_bound(s, chosen, nodes, cpu_of, constraint), -s.count, s.example))
     best: Growth | None = None
     tried = 0
     names = _new_names(known, len(chosen))
     for shape in ranked[:MAX_SHAPES]:
-        if best is not None and _cpu_bound(shape, chosen, nodes, free_cpu, constraint) >= best.nodes:
+        if best is not None and _cpu_bound(shape, chosen, nodes, cpu_of, constraint) >= best.nodes:
             continue
         tried += 1
 
@@ -127,11 +141,9 @@ def smallest_growth(chosen: Sequence[PodRecord], pending: Sequence[PodRecord], n
             extra = {node.name: node for node in added}
 
             def free(node: NodeRecord) -> Resources:
-                return dict(node.allocatable) if node.name in extra else free_of(node)
+                return dict(node.allocatable) if node.name in extra else existing_free(node)
 
-            def cpu(node: NodeRecord) -> int:
-                return node.allocatable.get(CPU, 0) if node.name in extra else free_cpu(node)
-
+            cpu = FreeCpu({**base_cpu, **{node.name: node.allocatable.get(CPU, 0) for node in added}})
             return domains.place_gang(chosen, pending, [*nodes, *added], free, cpu, constraint, levels, bound_nodes)
 
         limit = len(chosen) if best is None else best.nodes - 1
@@ -165,6 +177,23 @@ def _smallest(place: Callable[[int], TopologyPlan], limit: int) -> tuple[int, To
         else:
             low = middle
     return high, plan
+
+
+def _distinct(candidates: Sequence[NodeShape], chosen: Sequence[PodRecord], constraint: TopologyConstraint,
+              levels: Sequence[str]) -> list[NodeShape]:
+    """``candidates`` less the shapes a plan cannot tell from one before them: the same allocatable and
+    taints, the same members placeable on them, the same values of the labels that make topology domains
+    (none without a constraint). Many shapes differing by a label nothing selects cost one search."""
+    keys = () if constraint.empty else tuple(sorted({constraint.required, constraint.preferred, *levels} - {""}))
+    placements = list(dict.fromkeys(pod_placement(p) for p in chosen))
+    kept: dict[tuple[object, ...], NodeShape] = {}
+    for shape in candidates:
+        node = shape.node(NEW_NODE_PREFIX)
+        labels = dict(shape.labels)
+        sign = (shape.allocatable, shape.taints, tuple(placement_failure(p, node) is None for p in placements),
+                tuple(labels.get(key) for key in keys if key != HOSTNAME))
+        kept.setdefault(sign, shape)
+    return list(kept.values())
 
 
 def _holds_one(chosen: Sequence[PodRecord], shape: NodeShape) -> bool:

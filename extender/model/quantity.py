@@ -7,6 +7,7 @@ else. Must not: know about pods, nodes or the wire format.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -64,10 +65,18 @@ def parse_quantity(text: object) -> Decimal:
 
 def to_units(name: str, text: object) -> int:
     """Convert one quantity to the integer unit kube-scheduler compares for resource ``name``."""
+    if type(text) is str:  # a cluster repeats a few strings ("4", "32Gi", "500m") on every object
+        return _string_units(name == CPU, text)
     value = parse_quantity(text)
     if name == CPU:
         value = value * 1000
     return math.ceil(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _string_units(milli: bool, text: str) -> int:
+    value = parse_quantity(text)
+    return math.ceil(value * 1000 if milli else value)
 
 
 def parse_resources(raw: object) -> Resources:

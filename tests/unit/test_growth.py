@@ -79,6 +79,23 @@ def test_shapes_that_cannot_hold_a_member_are_not_copied() -> None:
     assert grow(members(2, cpu="8"), [*nodes(1), *tainted]) is None  # only the tainted nodes are big enough
 
 
+def test_shapes_a_plan_cannot_tell_apart_are_searched_once() -> None:
+    """Racks are shapes of their own; without a constraint and with no member selecting the label, one of
+    them is searched; with a required rack each is a candidate; a member selecting the label keeps the rack
+    it selects."""
+    cluster = [node for rack in "abcde" for node in nodes(2, prefix=rack, **{RACK: rack})]
+    full = {n.name: 2000 for n in cluster}  # 2 cpu free everywhere: by cpu alone one node might do
+    anywhere = grow(members(2), cluster, full)
+    assert anywhere is not None and anywhere.tried == 1 and anywhere.shapes == 5, anywhere
+    in_a_rack = grow(members(2), cluster, full, TopologyConstraint(RACK))
+    assert in_a_rack is not None and in_a_rack.nodes == 2, in_a_rack
+    assert [s.example for s in growth._distinct(growth.shapes(cluster), members(2), TopologyConstraint(RACK), ())] == [
+        "a0", "b0", "c0", "d0", "e0"]
+    chosen = members(2, node_selector={RACK: "d"})
+    picky = grow(chosen, cluster, full)
+    assert picky is not None and picky.tried == 1 and dict(picky.shape.labels)[RACK] == "d", picky
+
+
 def test_explain_gives_the_smallest_fix_and_adding_it_admits_the_gang() -> None:
     """A gang of 3 x 3 cpu on four 4-cpu nodes, three of them full: explain says add two nodes like the
     others; once two such nodes exist the same gang is admitted."""
