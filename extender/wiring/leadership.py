@@ -7,7 +7,8 @@ kube-scheduler schedules, so the extender that is called is the one that leads, 
 longer called hands the Lease back (two replicas on one host share a hostname: kube-scheduler's own
 Lease cannot tell which extender is its sidecar). Also owns when a new leader finishes what a previous
 leader left open (once nodes and pods are listed, the engine lets each open release's members through,
-``Engine.let_through``) and closing those releases once their members are bound or gone. Must not:
+``Engine.let_through``; the verbs are not served as the leader before that, ``acting``) and closing
+those releases once their members are bound or gone. Must not:
 bind, decide gang rules, or serve HTTP.
 """
 
@@ -52,6 +53,8 @@ class Leadership:
         self.intents: ReleaseIntents | None = None
         self._called_at = float("-inf")
         self._resume = threading.Event()
+        self._gained = 0   # leaderships gained (the elector's callback)
+        self._settled = 0  # the last of them whose left-open releases were decided
         self._resuming: dict[int, frozenset[str]] = {}  # open release id -> uids let through, not yet bound
 
     def attach(self, elector: LeaderElector, intents: ReleaseIntents) -> None:
@@ -73,9 +76,17 @@ class Leadership:
     def is_leader(self) -> bool:
         return self.elector is not None and self.elector.is_leader()
 
+    def acting(self) -> bool:
+        """Leads, and has decided what to do with the releases previous leaders left open. Until then the
+        verbs answer as a replica that does not lead: a filter or bind served earlier would not know
+        which members a release lets through or the room it keeps for them (a member's bind held at the
+        barrier just before its release let it through waited there for the rest of its gang)."""
+        return self.is_leader() and self._settled == self._gained
+
     # --------------------------------------------------------------------------------- takeover
     def gained(self) -> None:
         """The elector's callback (its thread): hand the resume to ``resume_when_listed``."""
+        self._gained += 1
         self._resume.set()
 
     def resume_when_listed(self, listed: Callable[[], bool], stop: threading.Event) -> None:
@@ -88,20 +99,26 @@ class Leadership:
                 while not listed() and not stop.wait(0.2):
                     pass
                 self._resume.clear()
-                self._let_through()
+                gained = self._gained
+                if self._let_through():
+                    self._settled = gained
             self._close_finished()
 
-    def _let_through(self) -> None:
+    def _let_through(self) -> bool:
+        """Whether every release left open was decided."""
         if self.intents is None or not self.is_leader():
-            return
+            return False
+        decided = True
         for release in self.intents.unfinished:
             if release.id in self._resuming:
                 continue
             let = self.let_through(release)
             if let is None:  # the API server could not say which members are bound: ask again next round
                 self._resume.set()
+                decided = False
                 continue
             self._resuming[release.id] = let
+        return decided
 
     def _close_finished(self) -> None:
         if self.intents is None or not self._resuming or not self.is_leader():

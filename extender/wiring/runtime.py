@@ -150,7 +150,7 @@ class Runtime:
             self.leadership.called()
         if not self.synced():
             return messages.NOT_SYNCED
-        if self.leadership is not None and not self.leadership.is_leader():
+        if self.leadership is not None and not self.leadership.acting():
             return messages.NOT_LEADER
         return self.stale_problem(now)
 

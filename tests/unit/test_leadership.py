@@ -324,3 +324,39 @@ def test_a_takeover_keeps_the_room_of_the_members_it_lets_through(world: tuple[F
         assert b.h.ledger.view.admitted_count() == 0, "the last member bound ends the reservation"
     finally:
         a.h.close(), b.h.close()
+
+
+def test_a_new_leader_serves_no_verb_before_it_has_decided_the_releases_left_open(
+        tmp_path: Path, world: tuple[FakeLeases, Clock]) -> None:
+    """Found by the churn soak (tests/e2e/test_churn_soak.py): the new leader served a member's filter and
+    bind in the milliseconds between taking the Lease and letting the open release through; the bind was
+    held at the barrier, the release's approval came after it and was never used, and the member waited
+    there, its gang partly bound, until it was re-created 8 s later. The verbs now answer as a replica that
+    does not lead until the releases left open are decided (and again while the API server cannot say)."""
+    server, clock = world
+    snapshot = tmp_path / "s.json"
+    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [node("n1")]}))
+    runtime = from_snapshot(Settings(cluster_snapshot=str(snapshot)))
+    stop = threading.Event()
+    try:
+        leadership = runtime.leadership = Leadership(CONFIG.lease_duration, runtime.ledger.view, runtime.mirror,
+                                                     runtime.engine.let_through, clock=clock)
+        elector = LeaderElector(server.client(), CONFIG, "a", clock=clock, eligible=leadership.eligible,
+                                on_started=leadership.gained)
+        leadership.attach(elector, ReleaseIntents(elector))
+        leadership.called()
+        elector.step()
+        assert elector.is_leader() and not leadership.acting()
+        assert runtime.serving_problem() == NOT_LEADER, "the open releases are not decided yet"
+        listed = threading.Event()
+        threading.Thread(target=leadership.resume_when_listed, args=(listed.is_set, stop), daemon=True).start()
+        assert runtime.serving_problem() == NOT_LEADER, "not listed yet: nothing decided"
+        listed.set()
+        deadline = time.monotonic() + 5
+        while runtime.serving_problem() != "":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert leadership.acting()
+    finally:
+        stop.set()
+        runtime.close()
