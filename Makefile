@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test test-fast lint typecheck layers k8s monitoring-crds bench fuzz faults ha stress starvation clean
+.PHONY: help demo test test-fast lint typecheck layers k8s monitoring-crds bench fuzz faults ha churn stress starvation clean
 
 help:
 	@echo "make demo       run the extender against a local Kubernetes control plane with a sample gang"
@@ -16,6 +16,7 @@ help:
 	@echo "make fuzz       hostile input: 10,000 bodies per verb against a live server (docs/reliability.md)"
 	@echo "make faults     kill -9, kube-apiserver restarts, refused bindings on a real control plane"
 	@echo "make ha         kill -9 the leading kube-scheduler + extender pair 24 times (docs/reliability.md)"
+	@echo "make churn      the barrier under churn: members re-created, leader kills, shipped 15 s Leases, 5 min (docs/reliability.md)"
 	@echo "make stress     10x filter rate for 60 s, 600-member bind barrier (docs/reliability.md)"
 	@echo "make starvation a 16-node gang under a 3-minute stream of small work, $${STARVATION_RUNS:-5} times (docs/performance.md)"
 	@echo "make bench-gang-perf upstream's gang benchmark (5,000 nodes; GANG_PERF_ARGS='--scale 0.2' for less)"
@@ -73,6 +74,9 @@ faults: $(STAMP) k8s
 
 ha: $(STAMP) k8s
 	$(BIN)/python hack/ha.py --kills $${HA_KILLS:-24}
+
+churn: $(STAMP) k8s  # CHURN_ARGS='--seconds 600 --leases test' etc. (hack/churn.py --help); CI: tests/e2e/test_churn_soak.py
+	$(BIN)/python hack/churn.py --json out/churn.json $(CHURN_ARGS)
 
 stress: $(STAMP)
 	$(BIN)/python hack/stress.py
