@@ -155,6 +155,13 @@ class DisruptionBudgets:
         with self._lock:
             return sum(len(budgets) for budgets in self._by_namespace.values())
 
+    def copy(self) -> DisruptionBudgets:
+        """The budgets as they are now, with a lock of their own (what-if questions read the copy)."""
+        copied = DisruptionBudgets()
+        with self._lock:
+            copied._by_namespace = {namespace: dict(budgets) for namespace, budgets in self._by_namespace.items()}
+        return copied
+
     def get(self, namespace: str, name: str) -> Budget | None:
         with self._lock:
             return self._by_namespace.get(namespace, {}).get(name)

@@ -114,6 +114,12 @@ class TopologyLevels:
         with self._lock:
             return dict(self._topologies)
 
+    def copy(self) -> TopologyLevels:
+        """The level orders known now, with a lock of their own (what-if questions read the copy)."""
+        copied = TopologyLevels(self.static)
+        copied._topologies = self.topologies()
+        return copied
+
     def replace(self, items: Iterable[object]) -> list[Rejected]:
         """A full list: exactly these Topologies are known from now on. Returns the rejected ones."""
         parsed = [parse_topology(item) for item in items]

@@ -109,6 +109,17 @@ def set_priorities(out: Submission, classes: Iterable[Mapping[str, Any]]) -> Non
         spec["priority"] = values[name] if name else default
 
 
+def require_priorities(out: Submission) -> None:
+    """Where no PriorityClasses are read (the extender's ``/fit``): every pod that names a class must also
+    give ``spec.priority``, the value the API server would set."""
+    for pod in out.pods:
+        spec = pod["spec"]
+        if spec.get("priorityClassName") and not isinstance(spec.get("priority"), int):
+            raise SubmissionError(f"pod {pod['metadata']['name']}: give spec.priority with priorityClassName "
+                                  f"{spec['priorityClassName']!r} (the value the API server would set; the "
+                                  "extender does not read PriorityClasses: kubectl gang fit does)")
+
+
 def _flatten(objects: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
     for obj in objects:
         if not isinstance(obj, Mapping):

@@ -17,6 +17,7 @@ from extender.errors import RefusedError
 HEAD_MAX_BYTES = 16 * 1024       # request line + headers; kube-scheduler sends ~200 bytes
 BIND_BODY_MAX_BYTES = 16 * 1024  # an ExtenderBindingArgs is < 1 KiB (four names of <= 253 characters)
 OTHER_BODY_MAX_BYTES = 16 * 1024  # /healthz, /readyz, /metrics, /explain take no body
+FIT_BODY_MAX_BYTES = 1024 * 1024  # /fit: a Job or JobSet is a few KiB; 1,000 Pods written out ~1 MiB
 NAME_LIST_PATHS = ("/filter", "/prioritize", "/preempt")
 _DIGITS_MAX = 15                 # a Content-Length longer than this is over every cap
 
@@ -33,6 +34,8 @@ class BodyCaps:
     def for_path(self, path: str) -> int:
         if path in NAME_LIST_PATHS:
             return max(self.names, self.full_nodes)
+        if path == "/fit":
+            return FIT_BODY_MAX_BYTES
         return BIND_BODY_MAX_BYTES if path == "/bind" else OTHER_BODY_MAX_BYTES
 
 

@@ -2,7 +2,7 @@
 
 Owns: reading bodies (size-capped), JSON decoding with orjson, mapping ProtocolError to HTTP 400 and
 every other failure to the protocol's own error shape (never a 500, never a stack trace to the
-client), metrics per request, and the health/readiness/metrics/explain endpoints. Must not: make
+client), metrics per request, and the health/readiness/metrics/explain/fit endpoints. Must not: make
 decisions.
 """
 
@@ -19,7 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from extender.engine.requests import FilterArgs, PreemptResult
-from extender.errors import ProtocolError
+from extender.errors import ProtocolError, RefusedError, SubmissionError
+from extender.fitting import submission
 from extender.http import framing, protocol, serving
 
 log = logging.getLogger(__name__)
@@ -176,3 +177,35 @@ def explain(namespace: str, name: str) -> Response:
     gangs = runtime.engine.explain(namespace, name, request.args.get("podGroup"), request.args.get("replica"))
     payload = {"namespace": namespace, "name": name, "synced": runtime.synced(), "gangs": gangs}
     return json_response(payload, 200 if gangs else 404)
+
+
+@bp.post("/fit")
+def fit() -> Response:
+    """Read-only: what the extender would do with the gang the body's objects would make, as ``kubectl gang
+    fit -o json`` answers (the body: one object, a ``List`` or a JSON array of them; ``?namespace=`` for
+    objects without one, ``?count=`` copies of a lone Pod or PodTemplate). 400: the objects are not one
+    gang; 429: another fit is being answered; 503: not answered in time."""
+    data = _read_body("fit")
+    try:
+        objects = _parse(data)
+        if isinstance(objects, dict):
+            objects = [objects]
+        if not isinstance(objects, list):
+            raise ProtocolError("the body must be a Kubernetes object, a List, or a JSON array of objects")
+        raw_count = request.args.get("count")
+        if raw_count is not None and not (raw_count.isdigit() and 0 < int(raw_count) <= submission.MAX_PODS):
+            raise ProtocolError(f"count must be a whole number from 1 to {submission.MAX_PODS}")
+        question = submission.read(objects, request.args.get("namespace") or "default",
+                                   int(raw_count) if raw_count is not None else None)
+        submission.require_priorities(question)
+        asking = _ext().runtime.asking
+        if asking is None:
+            return json_response({"error": "this extender answers no fit questions", "status": 404}, 404)
+        answer = asking.ask(question)
+    except (ProtocolError, SubmissionError) as exc:
+        return json_response({"error": str(exc), "status": 400}, 400)
+    except RecursionError:
+        return json_response({"error": "request body nests too deeply to be a Kubernetes object", "status": 400}, 400)
+    except RefusedError as exc:
+        return json_response({"error": exc.message, "status": exc.status}, exc.status)
+    return json_response(answer)

@@ -40,6 +40,7 @@ from extender.kube.lease import ElectionConfig, KubeLeaseApi, default_namespace
 from extender.kube.publishing import ExplainPublisher
 from extender.kube.status import StatusWriter
 from extender.model import messages
+from extender.wiring.asking import Asking
 from extender.wiring.discovery import GroupWatches
 from extender.wiring.feeds import MirrorFeeds
 from extender.wiring.kueue import TopologyFeed, TopologyWatch
@@ -109,7 +110,8 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
                     answer_margin=settings.bind_answer_margin_seconds, may_act=may_act, time_left=time_left,
                     evictor=evictor)
     runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, mode, status, journal=journal,
-                      budgets=budgets, evictor=evictor)
+                      budgets=budgets, evictor=evictor,
+                      asking=Asking(mirror, ledger, budgets, levels, sorted(served), leading=may_act))
     return runtime
 
 

@@ -31,6 +31,7 @@ from extender.kube.evictions import KubeEvictor
 from extender.kube.status import StatusWriter
 from extender.kube.watching import Reflector
 from extender.model import messages
+from extender.wiring.asking import Asking
 from extender.wiring.discovery import GroupWatches
 from extender.wiring.leadership import Leadership
 
@@ -64,6 +65,7 @@ class Runtime:
     budgets: DisruptionBudgets = field(default_factory=DisruptionBudgets)  # the engine's too
     evictor: KubeEvictor | None = None  # the engine's too (API mode)
     budget_reflector: Reflector | None = None  # PodDisruptionBudgets: readiness, not staleness (API mode)
+    asking: Asking | None = None  # POST /fit: the fit oracle over this replica's view
     _synced_once: bool = False
 
     @property

@@ -1,0 +1,142 @@
+"""Asking: the fit oracle over the extender's own view (``POST /fit``), answered by a forked child, one
+question at a time.
+
+Owns: the copy a question is answered against (the mirror's records, the ledger's state, the
+PodDisruptionBudgets and the Kueue topology levels, each copied in one short hold of its own lock), the
+child process that answers it (``os.fork``: the oracle is up to seconds of pure Python at 5,000 nodes,
+and in this process it would take the interpreter from the verbs), bringing the child's JSON answer back
+over a pipe within ``deadline`` seconds (else the child is killed), and refusing a second question while
+one is answered. Must not: hold any lock across the fork (the child touches only the copies, made before
+it, and locks it makes itself), let the child write anything but its answer, or keep anything between
+questions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from extender.cluster.budgets import DisruptionBudgets
+from extender.cluster.levels import TopologyLevels
+from extender.cluster.mirror import ClusterMirror
+from extender.errors import RefusedError, SubmissionError
+from extender.fitting import oracle
+from extender.fitting.submission import Submission
+from extender.gangs.ledger import GangLedger
+
+DEADLINE_SECONDS = 20.0
+"""A question not answered by then is dropped (the child killed) and the caller told so (503)."""
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+
+class Asking:
+    """``ask(question)``: what the extender would do with a gang submitted now, as ``kubectl gang fit``
+    answers, but over this replica's own mirror and ledger."""
+
+    def __init__(self, mirror: ClusterMirror, ledger: GangLedger, budgets: DisruptionBudgets,
+                 levels: TopologyLevels, scheduler_names: Sequence[str], *, leading: Callable[[], bool] = lambda: True,
+                 deadline: float = DEADLINE_SECONDS, wall: Callable[[], float] = time.time,
+                 fork: bool = hasattr(os, "fork")) -> None:
+        self.mirror, self.ledger, self.budgets, self.levels = mirror, ledger, budgets, levels
+        self.scheduler_names = sorted(scheduler_names)
+        self.leading, self.deadline, self.wall, self.fork = leading, deadline, wall, fork
+        self._one = threading.Lock()
+        self.answered = 0
+
+    def ask(self, question: Submission) -> dict[str, Any]:
+        """The oracle's answer (``SubmissionError``: the question cannot be answered as asked; ``RefusedError``:
+        429 while another question is answered, 503 past the deadline or when the child fails)."""
+        if not self._one.acquire(blocking=False):
+            raise RefusedError(429, "another fit is being answered; ask again in a moment")
+        try:
+            world = self._world()
+            notes = [] if self.leading() else [
+                "this replica is not the leader: the reservations and the order are as this replica last saw them "
+                "(ask the leader, or use kubectl gang fit, which reads the leader's published state)"]
+            answer = self._in_child(lambda: oracle.ask(world, question)) if self.fork else oracle.ask(world, question)
+            answer["notes"] = [*answer.get("notes", []), *notes]
+            answer["stateAgeSeconds"] = 0.0
+            self.answered += 1
+            return answer
+        finally:
+            self._one.release()
+
+    def _world(self) -> oracle.World:
+        """Copies of everything the question reads, each taken in one short hold of its owner's lock."""
+        now = self.wall()
+        state = self.ledger.view.state(now, self.scheduler_names)
+        mirror = ClusterMirror.fork(self.mirror.copy_records())
+        budgets = self.budgets.copy()
+        levels = self.levels.copy()
+        return oracle.World(mirror, state, now, budgets=budgets.allowed, budgets_selecting=budgets.selecting,
+                            levels=levels.levels_for)
+
+    def _in_child(self, answer: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: answer, write, exit; never return into the server's code
+            status = 0
+            try:
+                os.close(read_end)
+                try:
+                    payload: dict[str, Any] = {"answer": answer()}
+                except SubmissionError as exc:
+                    payload = {"refused": str(exc)}
+                except Exception as exc:
+                    payload = {"failed": f"{type(exc).__name__}: {exc}"}
+                data = memoryview(orjson.dumps(payload))
+                while data:
+                    data = data[os.write(write_end, data):]
+            except BaseException:
+                status = 1
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        try:
+            raw = _read_all(read_end, time.monotonic() + self.deadline)
+        finally:
+            os.close(read_end)
+            if raw is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        if raw is None:
+            raise RefusedError(503, f"the fit was not answered within {self.deadline:.0f}s")
+        try:
+            payload = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise RefusedError(503, "the fit's child process ended without an answer") from None
+        if "refused" in payload:
+            raise SubmissionError(payload["refused"])
+        if "failed" in payload:
+            raise RefusedError(503, f"the fit failed: {payload['failed']}")
+        result: dict[str, Any] = payload["answer"]
+        return result
+
+
+def _read_all(fd: int, deadline: float) -> bytes | None:
+    """Everything written to ``fd`` until its writer closes it (None: not by ``deadline``, or too much)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            return None
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            return None
+        chunks.append(chunk)
