@@ -154,11 +154,14 @@ def test_paced_creation_starts_each_gang_on_its_schedule() -> None:
     cluster = _FakeCluster()
     start = time.monotonic()
     created, lag = wl.create_paced(cluster, plan, gangs_per_second=20.0)  # type: ignore[arg-type]
-    assert len(created) == 20 and lag < 0.05
-    for g, gang in enumerate(plan.gangs):
+    assert len(created) == 20
+    for g, gang in enumerate(plan.gangs):  # no gang early, however loaded the machine
         first = min(created[m] for m in gang.members)
         assert first >= start + g / 20.0 - 0.001, (g, first - start)
-        assert max(created[m] for m in gang.members) - first < 0.04  # a gang's members together
+    # the lag reported is the latest a gang's last member came behind its due time (its schedule started
+    # at or after ``start``, so at most this)
+    behind = max(max(created[m] for m in gang.members) - (start + g / 20.0) for g, gang in enumerate(plan.gangs))
+    assert 0 <= lag <= behind + 0.001, (lag, behind)
     assert time.monotonic() - start >= 4 / 20.0
 
 
