@@ -61,7 +61,9 @@ class Asking:
             notes = [] if self.leading() else [
                 "this replica is not the leader: the reservations and the order are as this replica last saw them "
                 "(ask the leader, or use kubectl gang fit, which reads the leader's published state)"]
-            answer = self._in_child(lambda: oracle.ask(world, question)) if self.fork else oracle.ask(world, question)
+            def answer_it() -> dict[str, Any]:
+                return oracle.ask(world(), question)
+            answer = self._in_child(answer_it) if self.fork else answer_it()
             answer["notes"] = [*answer.get("notes", []), *notes]
             answer["stateAgeSeconds"] = 0.0
             self.answered += 1
@@ -69,15 +71,16 @@ class Asking:
         finally:
             self._one.release()
 
-    def _world(self) -> oracle.World:
-        """Copies of everything the question reads, each taken in one short hold of its owner's lock."""
+    def _world(self) -> Callable[[], oracle.World]:
+        """Copies of everything the question reads, each taken in one short hold of its owner's lock; the
+        world is built from them by the caller (in the child: none of that work is this process's)."""
         now = self.wall()
         state = self.ledger.view.state(now, self.scheduler_names)
-        mirror = ClusterMirror.fork(self.mirror.copy_records())
+        records = self.mirror.copy_records()
         budgets = self.budgets.copy()
         levels = self.levels.copy()
-        return oracle.World(mirror, state, now, budgets=budgets.allowed, budgets_selecting=budgets.selecting,
-                            levels=levels.levels_for)
+        return lambda: oracle.World(ClusterMirror.fork(records), state, now, budgets=budgets.allowed,
+                                    budgets_selecting=budgets.selecting, levels=levels.levels_for)
 
     def _in_child(self, answer: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         read_end, write_end = os.pipe()
