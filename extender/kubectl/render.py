@@ -104,9 +104,9 @@ def fit_page(answer: Mapping[str, Any]) -> str:
     if capacity:
         shape = capacity.get("shape") or {}
         labels = ", ".join(f"{k}={v}" for k, v in (shape.get("labels") or {}).items()) or "no labels"
-        lines.append(f"{'Add:' if answer.get('verdict') != 'Never' else 'Unless:':<13}{capacity.get('nodes')} "
-                     f"node(s) like {shape.get('like')} are added: "
-                     f"{shape.get('allocatable')}; {labels}"
+        never = answer.get("verdict") == "Never"
+        lines.append(f"{'Unless:' if never else 'Add:':<13}{capacity.get('nodes')} node(s) like {shape.get('like')}"
+                     f"{' are added' if never else ''}: {shape.get('allocatable')}; {labels}"
                      + (f"; in {capacity['domain']}" if capacity.get("domain") else ""))
         lines.append(f"             ({capacity.get('shapesTried')} of {capacity.get('shapes')} node shape(s) "
                      "tried; the cluster's own shapes only)")

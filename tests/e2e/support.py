@@ -135,6 +135,14 @@ class Extender:
             answer: dict[str, Any] = json.loads(reply.read())
         return answer
 
+    def fit(self, objects: list[dict[str, Any]]) -> dict[str, Any]:
+        """The extender's ``POST /fit`` answer for ``objects``."""
+        request = urllib.request.Request(f"{self.url}/fit", data=json.dumps(objects).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60, context=self.tls_context) as reply:
+            answer: dict[str, Any] = json.loads(reply.read())
+        return answer
+
     def kill(self) -> None:
         """kill -9, as a crash would."""
         assert self.proc is not None

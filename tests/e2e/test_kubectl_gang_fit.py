@@ -4,7 +4,9 @@ exists, then the same file is applied and gang-extender does what fit said:
 
 - fits now: bound whole on the nodes fit named, in the rack fit named;
 - fits after preemption: the victims fit named (a whole lower-priority gang) are the ones evicted;
-- fits after capacity: nothing binds; once the nodes fit asked for are added, the gang binds;
+- fits after capacity: the extender's ``POST /fit`` says the same; once submitted, nothing binds and
+  ``explain``'s smallest fix (its JSON and the published ``kubectl gang explain``) names the same nodes;
+  once the nodes fit asked for are added, the gang binds;
 - never: ``GangNeverFits`` on the group object with fit's reason word for word (kube-scheduler's own
   resource filter rejects the members before the extender is called);
 - fits after the gangs ahead: it waits behind the gang fit named.
@@ -55,7 +57,8 @@ def bed(control_plane: ControlPlane, kwok: Kwok, tmp_path_factory: pytest.TempPa
     with scheduling_with_extender(control_plane, workdir / "ext", "--explain-publish-seconds", "1") as ext:
         yield {"cp": control_plane, "kwok": kwok, "ext": ext, "home": home, "dir": workdir,
                "reader": reader_kubeconfig(control_plane, "default", role=fit_role, cluster_wide=True)}
-    print("\n".join(f"\n$ kubectl gang fit -f {name}.yaml\n{text}" for name, text in CAPTURED.items()))
+    print("\n".join(f"\n$ kubectl gang {name if name.startswith('explain') else f'fit -f {name}.yaml'}\n{text}"
+                    for name, text in CAPTURED.items()))
 
 
 def pool(bed: dict[str, Any], name: str, nodes: int, **labels: str) -> tuple[str, dict[str, str], list[str]]:
@@ -180,11 +183,21 @@ def test_fits_after_capacity_binds_once_the_named_nodes_are_added(bed: dict[str,
     capacity = answer["capacity"]
     assert capacity["nodes"] == 2 and capacity["shape"]["like"] in nodes, answer
     assert capacity["shape"]["labels"]["e2e-pool"] == ns
-    create(cp, *objects)
     ext: Extender = bed["ext"]
+    asked = ext.fit(objects)  # the extender's own port says the same
+    assert asked["verdict"] == "FitsAfterCapacity" and asked["capacity"] == capacity, asked
+    create(cp, *objects)
     wait_for(lambda: ext.explain(ns, "train")["gangs"][0]["state"] == "WaitingForCapacity", timeout=WAIT,
              what="the gang to wait for capacity")
     assert bound(cp, ns, "train-") == {}
+    fix = ext.explain(ns, "train")["gangs"][0]["fix"]  # explain's smallest fix: the same nodes
+    assert fix["kind"] == "addNodes" and fix["nodes"] == capacity["nodes"], fix
+    assert fix["shape"]["like"] == capacity["shape"]["like"], (fix, capacity)
+    wait_for(lambda: "Fix:" in kubectl_gang(cp, bed["home"], "explain", f"{ns}/train"), timeout=WAIT,
+             what="the published explanation with its fix")
+    text = kubectl_gang(cp, bed["home"], "explain", f"{ns}/train")
+    CAPTURED[f"explain {ns}/train"] = text
+    assert f"add {capacity['nodes']} node(s) like {capacity['shape']['like']}" in text, text
     added = bed["kwok"].add_nodes(capacity["nodes"], prefix=f"{ns}-n", cpu="4", labels=selector)
     wait_for(lambda: len(bound(cp, ns, "train-")) == 3, timeout=WAIT, what="the gang bound on the added nodes")
     assert set(bound(cp, ns, "train-").values()) == {nodes[2], *added}

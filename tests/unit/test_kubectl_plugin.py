@@ -407,3 +407,15 @@ def test_a_forged_or_malformed_gang_state_event_does_not_speak_for_a_gang() -> N
     assert (rows["ml/train"].state, rows["ml/train"].why) == ("WaitingForMembers", "genuine")
     rows["ml/train"].published = genuine | {"members": "many"}  # as if read by an older plugin
     assert "(unreadable: AttributeError" in render.page(rows["ml/train"], 1_800_000_010.0)
+
+
+def test_fit_page_says_what_to_add_or_what_would_change_never() -> None:
+    capacity = {"nodes": 2, "shape": {"like": "n0", "allocatable": "cpu=4", "labels": {"pool": "a"}},
+                "domain": "rack=b", "shapesTried": 1, "shapes": 3}
+    grow = render.fit_page({"gang": "ns/g/w", "members": 3, "minCount": 3, "schedulerName": "s",
+                            "verdict": "FitsAfterCapacity", "summary": "...", "capacity": capacity})
+    assert "Add:         2 node(s) like n0: cpu=4; pool=a; in rack=b" in grow, grow
+    never = render.fit_page({"gang": "ns/g/w", "members": 3, "minCount": 3, "schedulerName": "s",
+                             "verdict": "Never", "summary": "...", "capacity": capacity})
+    assert "Unless:      2 node(s) like n0 are added: cpu=4; pool=a; in rack=b" in never, never
+    assert "(1 of 3 node shape(s) tried; the cluster's own shapes only)" in never
