@@ -11,6 +11,7 @@ help:
 	@echo "make test       lint, type-check, layer check, unit + HTTP + end-to-end tests (what CI runs)"
 	@echo "make test-fast  the same without the end-to-end tier"
 	@echo "make image      build gang-extender:dev and the chart's kube-scheduler image offline, then run them as users do"
+	@echo "make real-nodes a local control plane with two real kubelets on this machine, both images in them (until Ctrl-C)"
 	@echo "make bench      filter latency benchmark (results: docs/performance.md)"
 	@echo "make bench-e2e  kube-scheduler end to end: alone, no-op extender, gang-extender, in-tree (bench-e2e-pinned: CPU-pinned)"
 	@echo "make fuzz       hostile input: 10,000 bodies per verb against a live server (docs/reliability.md)"
@@ -133,3 +134,16 @@ record-corpus: $(STAMP) k8s  # re-record tests/data/corpus from a real kube-sche
 
 image:  # gang-extender:dev and localhost/kube-scheduler:v1.35.4, offline on a Debian base made here, then checked
 	bash hack/image/build.sh
+
+# ---- the real-node tier (docs/decisions/0004-real-nodes.md) ---------------------------------------
+.PHONY: real-nodes real-nodes-down test-realnodes
+
+real-nodes: $(STAMP) image  # a local control plane and two real kubelets with both images, until Ctrl-C
+	bash hack/real-nodes/build.sh > /dev/null
+	$(BIN)/python hack/real-nodes/realnodes.py up --image gang-extender:dev --image localhost/kube-scheduler:v1.35.4
+
+real-nodes-down:  # undo what a killed real-node run left on the machine
+	$(BIN)/python hack/real-nodes/realnodes.py down
+
+test-realnodes: $(STAMP)  # only the real-node tier (make test runs it too; docs/e2e.md)
+	$(BIN)/python -m pytest -q -m realnodes tests/realnodes

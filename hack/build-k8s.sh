@@ -8,12 +8,15 @@
 #   K8S_VERSION           Kubernetes release to build (default 1.35.4; the e2e suite also uses 1.37.2),
 #                         each into its own cache directory k8s-v<version>
 #   KUBEBUILDER_ASSETS    a directory that already holds etcd, kube-apiserver, ... : used as is
+#   K8S_EXTRA_BINARIES    more commands of k8s.io/kubernetes/cmd to build into the same directory, e.g.
+#                         "kubelet kube-proxy" (hack/real-nodes/build.sh: the real-node tier)
 #   GANG_EXTENDER_CACHE   cache root (default ${XDG_CACHE_HOME:-~/.cache}/gang-extender)
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-1.35.4}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
-NEEDED=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+read -r -a EXTRA <<< "${K8S_EXTRA_BINARIES:-}"
+NEEDED=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl "${EXTRA[@]}")
 
 log() { printf '[build-k8s] %s\n' "$*" >&2; }
 
@@ -66,7 +69,7 @@ fi
 echo 'package main' > tools.go  # keeps "go mod tidy" from complaining about an empty module
 step "resolving dependencies (first run downloads a few hundred MB of modules)"
 GOFLAGS=-mod=mod go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" >&2
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl "${EXTRA[@]}"; do
   [ -x "$out/$b" ] && { step "$b already built"; continue; }
   step "building $b (several minutes on 2 cores)"
   GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w \

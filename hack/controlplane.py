@@ -577,6 +577,10 @@ class ControlPlane:
     mapping means no ``--feature-gates`` flag at all) and passed to the API server, controller manager
     and scheduler; ``scheduler_feature_gates``, when given, replaces them for the scheduler alone.
     ``runtime_config`` replaces :data:`DEFAULT_RUNTIME_CONFIG` (empty: no ``--runtime-config``).
+    ``advertise_address``: for clusters with real kubelets (``hack/real-nodes/realnodes.py``): the API
+    server then listens on every address (still on 127.0.0.1 for this class's clients), advertises this
+    one (not loopback), keeps the ``kubernetes`` Service's endpoints on it so that pods reach it through
+    the Service, and its serving certificate names it; default: loopback only, no endpoints.
     """
 
     # Set by start() (certificates and the components' own kubeconfigs).
@@ -598,8 +602,10 @@ class ControlPlane:
         log: Log = print,
         keep: bool = False,
         start_timeout: float = 90.0,
+        advertise_address: str | None = None,
     ) -> None:
         self.bin_dir = Path(bin_dir)
+        self.advertise_address = advertise_address
         check_bin_dir(self.bin_dir)
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="gang-e2e-"))
@@ -682,7 +688,7 @@ class ControlPlane:
                 "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local",
             ],
-            server_ips=["127.0.0.1", "10.0.0.1"],
+            server_ips=["127.0.0.1", "10.0.0.1", *([self.advertise_address] if self.advertise_address else [])],
         )  # fmt: skip
         admin = pki.issue("admin", "kubernetes-admin", organizations=["system:masters"])
         kcm = pki.issue("controller-manager", "system:kube-controller-manager")
@@ -834,8 +840,8 @@ class ControlPlane:
         comp = self._spawn("kube-apiserver", [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={'0.0.0.0' if self.advertise_address else '127.0.0.1'}",
+            f"--advertise-address={self.advertise_address or '127.0.0.1'}",
             f"--secure-port={self.apiserver_port}",
             f"--tls-cert-file={self.serving.cert}",
             f"--tls-private-key-file={self.serving.key}",
@@ -858,7 +864,7 @@ class ControlPlane:
             "--allow-privileged=true",
             # The "kubernetes" Service's endpoint would be 127.0.0.1, which Endpoints validation
             # rejects (loopback) every 10s; nothing runs in-cluster here, so don't maintain it.
-            "--endpoint-reconciler-type=none",
+            *([] if self.advertise_address else ["--endpoint-reconciler-type=none"]),
             "--profiling=false",
             "--v=1",
         ])  # fmt: skip
