@@ -1,12 +1,12 @@
 """Does asking slow the verbs? kube-scheduler-shaped filters against a live extender at ``--nodes`` nodes,
-alone, then while a tool asks ``POST /fit`` about a ``--members`` gang back to back, then alone again
-(issue 28 item 3).
+alone, then while a tool asks ``POST /fit`` about a ``--members`` gang as often as the extender allows
+(every ``--interval``, 0.5 s), then alone again (issue 28 item 3).
 
 The extender is ``gang-extender serve --cluster-snapshot`` (gunicorn, the serving worker, as in
 production) over ``--nodes`` nodes of 4 cpu / 32Gi, each running a pod of 2 cpu. The filter client posts
 one pending pod naming ``--names`` nodes (kube-scheduler names about 10% of 5,000) on one kept-alive
 connection, reading each reply. The asker posts a Workload of ``--members`` and a Job of that parallelism
-(1 cpu each: it fits now) and reads the answer, again and again. Reported per phase: filters sent and
+(1 cpu each: it fits now) and reads the answer, every ``--interval`` seconds. Reported per phase: filters sent and
 their latency p50 / p99 / max, and the fits answered and their latency; the ratio of the filters' p50
 and p99 while asking to alone (the mean of the two alone phases). Exit status 1 when a filter failed.
 
@@ -60,10 +60,11 @@ def filter_body(nodes: int, names: int) -> bytes:
 
 
 class Asker:
-    """``POST /fit`` back to back on one connection until stopped; the answers' latencies and verdicts."""
+    """``POST /fit`` on one connection, ``interval`` seconds after each answer, until stopped; latencies and
+    verdicts."""
 
-    def __init__(self, port: int, body: bytes) -> None:
-        self.port, self.body = port, body
+    def __init__(self, port: int, body: bytes, interval: float) -> None:
+        self.port, self.body, self.interval = port, body, interval
         self.latencies: list[float] = []
         self.verdicts: dict[str, int] = {}
         self._stop = threading.Event()
@@ -79,6 +80,7 @@ class Asker:
             verdict = answer.get("verdict") or f"HTTP {reply.status}"
             self.verdicts[verdict] = self.verdicts.get(verdict, 0) + 1
             self.latencies.append(time.monotonic() - started)
+            self._stop.wait(self.interval + 0.01)  # the extender counts its interval from the last answer
         conn.close()
 
     def __enter__(self) -> Asker:
@@ -90,37 +92,50 @@ class Asker:
         self._thread.join(120)
 
 
+def measure(live: LiveServer, args: argparse.Namespace, fit_body: bytes, results: dict[str, Any]) -> int:
+    """The three phases; the filters that failed."""
+    failed = 0
+    body = filter_body(args.nodes, args.names)
+    SmallClient(live.port, body, deadline=5.0).run_for(2.0)  # warm up
+    for phase in ("alone", "asking", "alone again"):
+        client = SmallClient(live.port, body, deadline=5.0)
+        if phase == "asking":
+            with Asker(live.port, fit_body, args.interval) as asker:
+                client.run_for(args.seconds)
+            results["phases"][phase] = {"filters": client.sent, **percentiles(client.latencies),
+                                        "fits": len(asker.latencies), "fit": percentiles(asker.latencies),
+                                        "verdicts": asker.verdicts}
+        else:
+            client.run_for(args.seconds)
+            results["phases"][phase] = {"filters": client.sent, **percentiles(client.latencies)}
+        failed += sum(client.errors.values())
+        print(f"[fit-beside] {phase}: {json.dumps(results['phases'][phase])}", file=sys.stderr, flush=True)
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=5000)
     p.add_argument("--members", type=int, default=1000)
     p.add_argument("--names", type=int, default=500, help="node names per filter [500]")
     p.add_argument("--seconds", type=float, default=20.0, help="length of each phase [20]")
+    p.add_argument("--interval", type=float, default=0.5,
+                   help="seconds between an answer and the next question (the extender refuses sooner) [0.5]")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     docs = job_file(args.members, "1", False).replace("namespace: fit-bench", "namespace: default")
     import yaml  # the Job file is YAML; /fit takes JSON
     fit_body = json.dumps(list(yaml.safe_load_all(docs))).encode()
     results: dict[str, Any] = {"nodes": args.nodes, "members": args.members, "names": args.names, "phases": {}}
-    failed = 0
-    with tempfile.TemporaryDirectory(prefix="fit-beside-") as tmp, \
-            LiveServer(Path(tmp), snapshot(args.nodes)).start(timeout=300) as live:
-        body = filter_body(args.nodes, args.names)
-        SmallClient(live.port, body, deadline=5.0).run_for(2.0)  # warm up
-        for phase in ("alone", "asking", "alone again"):
-            client = SmallClient(live.port, body, deadline=5.0)
-            if phase == "asking":
-                with Asker(live.port, fit_body) as asker:
-                    client.run_for(args.seconds)
-                results["phases"][phase] = {"filters": client.sent, **percentiles(client.latencies),
-                                            "fits": len(asker.latencies), "fit": percentiles(asker.latencies),
-                                            "verdicts": asker.verdicts}
-            else:
-                client.run_for(args.seconds)
-                results["phases"][phase] = {"filters": client.sent, **percentiles(client.latencies)}
-            failed += sum(client.errors.values())
-            print(f"[fit-beside] {phase}: {json.dumps(results['phases'][phase])}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="fit-beside-") as tmp:
+        live = LiveServer(Path(tmp), snapshot(args.nodes))
+        try:
+            live.start(timeout=300)  # a 5,000-node snapshot takes longer to load than __enter__ waits
+            failed = measure(live, args, fit_body, results)
+        finally:
+            live.stop()
     alone = [results["phases"][k] for k in ("alone", "alone again")]
+
     asking = results["phases"]["asking"]
     for q in ("p50_ms", "p99_ms"):
         base = sum(a[q] for a in alone) / 2

@@ -186,22 +186,25 @@ def fit() -> Response:
     objects without one, ``?count=`` copies of a lone Pod or PodTemplate). 400: the objects are not one
     gang; 429: another fit is being answered; 503: not answered in time."""
     data = _read_body("fit")
-    try:
+    namespace, raw_count = request.args.get("namespace") or "default", request.args.get("count")
+
+    def read_question() -> submission.Submission:
         objects = _parse(data)
         if isinstance(objects, dict):
             objects = [objects]
         if not isinstance(objects, list):
             raise ProtocolError("the body must be a Kubernetes object, a List, or a JSON array of objects")
-        raw_count = request.args.get("count")
         if raw_count is not None and not (raw_count.isdigit() and 0 < int(raw_count) <= submission.MAX_PODS):
             raise ProtocolError(f"count must be a whole number from 1 to {submission.MAX_PODS}")
-        question = submission.read(objects, request.args.get("namespace") or "default",
-                                   int(raw_count) if raw_count is not None else None)
+        question = submission.read(objects, namespace, int(raw_count) if raw_count is not None else None)
         submission.require_priorities(question)
-        asking = _ext().runtime.asking
-        if asking is None:
-            return json_response({"error": "this extender answers no fit questions", "status": 404}, 404)
-        answer = asking.ask(question)
+        return question
+
+    asking = _ext().runtime.asking
+    if asking is None:
+        return json_response({"error": "this extender answers no fit questions", "status": 404}, 404)
+    try:
+        answer = asking.ask(read_question)
     except (ProtocolError, SubmissionError) as exc:
         return json_response({"error": str(exc), "status": 400}, 400)
     except RecursionError:

@@ -6,9 +6,9 @@ PodDisruptionBudgets and the Kueue topology levels, each copied in one short hol
 child process that answers it (``os.fork``: the oracle is up to seconds of pure Python at 5,000 nodes,
 and in this process it would take the interpreter from the verbs), bringing the child's JSON answer back
 over a pipe within ``deadline`` seconds (else the child is killed), and refusing a second question while
-one is answered. Must not: hold any lock across the fork (the child touches only the copies, made before
-it, and locks it makes itself), let the child write anything but its answer, or keep anything between
-questions.
+one is answered or sooner than ``min_interval`` after the last. Must not: hold any lock across the fork
+(the child touches only the copies, made before it, and locks it makes itself), let the child write
+anything but its answer, or keep anything between questions.
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ from extender.fitting import oracle
 from extender.fitting.submission import Submission
 from extender.gangs.ledger import GangLedger
 
+MIN_INTERVAL_SECONDS = 0.5
+"""A question that arrives sooner than this after the last one ended is refused (429): each fork makes
+the serving worker copy the memory pages it then writes (bench/fit_beside_filters.py: back-to-back
+questions cut the filters' throughput in half), so a tool asking in a loop costs the verbs a bounded
+share."""
 DEADLINE_SECONDS = 20.0
 """A question not answered by then is dropped (the child killed) and the caller told so (503)."""
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
@@ -43,20 +48,30 @@ class Asking:
 
     def __init__(self, mirror: ClusterMirror, ledger: GangLedger, budgets: DisruptionBudgets,
                  levels: TopologyLevels, scheduler_names: Sequence[str], *, leading: Callable[[], bool] = lambda: True,
-                 deadline: float = DEADLINE_SECONDS, wall: Callable[[], float] = time.time,
+                 deadline: float = DEADLINE_SECONDS, min_interval: float = MIN_INTERVAL_SECONDS,
+                 wall: Callable[[], float] = time.time,
                  fork: bool = hasattr(os, "fork")) -> None:
         self.mirror, self.ledger, self.budgets, self.levels = mirror, ledger, budgets, levels
         self.scheduler_names = sorted(scheduler_names)
         self.leading, self.deadline, self.wall, self.fork = leading, deadline, wall, fork
+        self.min_interval = min_interval
         self._one = threading.Lock()
+        self._next_at = 0.0  # monotonic: when the next question may start
         self.answered = 0
 
-    def ask(self, question: Submission) -> dict[str, Any]:
-        """The oracle's answer (``SubmissionError``: the question cannot be answered as asked; ``RefusedError``:
-        429 while another question is answered, 503 past the deadline or when the child fails)."""
+    def ask(self, read_question: Callable[[], Submission]) -> dict[str, Any]:
+        """The oracle's answer for the question ``read_question`` reads (``SubmissionError``, ``ProtocolError``:
+        it cannot be answered as asked; ``RefusedError``:
+        429 while another question is answered or too soon after the last, 503 past the deadline or when the
+        child fails)."""
         if not self._one.acquire(blocking=False):
             raise RefusedError(429, "another fit is being answered; ask again in a moment")
         try:
+            wait = self._next_at - time.monotonic()
+            if wait > 0:
+                raise RefusedError(429, f"fits are answered at most every {MIN_INTERVAL_SECONDS}s; ask again in "
+                                        f"{wait:.1f}s")
+            question = read_question()  # only now: a refused question costs no parsing
             world = self._world()
             notes = [] if self.leading() else [
                 "this replica is not the leader: the reservations and the order are as this replica last saw them "
@@ -69,6 +84,8 @@ class Asking:
             self.answered += 1
             return answer
         finally:
+            if wait <= 0:
+                self._next_at = time.monotonic() + self.min_interval
             self._one.release()
 
     def _world(self) -> Callable[[], oracle.World]:
@@ -89,6 +106,7 @@ class Asking:
             status = 0
             try:
                 os.close(read_end)
+                _yield_the_cpu()
                 try:
                     payload: dict[str, Any] = {"answer": answer()}
                 except SubmissionError as exc:
@@ -123,6 +141,16 @@ class Asking:
             raise RefusedError(503, f"the fit failed: {payload['failed']}")
         result: dict[str, Any] = payload["answer"]
         return result
+
+
+def _yield_the_cpu() -> None:
+    """The child takes only CPU time no other thread of the machine wants (``SCHED_IDLE``; else the lowest
+    nice): the verbs, in the parent, keep theirs. Lowering one's own priority needs no privilege."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        with contextlib.suppress(OSError):
+            os.nice(19)
 
 
 def _read_all(fd: int, deadline: float) -> bytes | None:

@@ -18,12 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 
 from extender.errors import RefusedError
 from extender.wiring import asking
 from tests.http.conftest import NODE_NAMES, snapshot_objects
 from tests.http.live import LiveServer
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    """The app's client, its questions not spaced (``test_questions_are_spaced`` keeps the spacing)."""
+    app.extensions["gang_extender"].runtime.asking.min_interval = 0.0
+    return app.test_client()
 
 
 def gang(name: str, size: int, cpu: str, **spec: Any) -> list[dict[str, Any]]:
@@ -130,7 +138,7 @@ def test_one_question_at_a_time(client: FlaskClient, monkeypatch: pytest.MonkeyP
     ask.fork = False
     entered, leave = threading.Event(), threading.Event()
 
-    def slow(world: Any, question: Any) -> dict[str, Any]:
+    def slow(world: Any, question: Any) -> dict[str, Any]:  # the oracle, held until the second question
         entered.set()
         leave.wait(30)
         return {"verdict": "FitsNow"}
@@ -142,4 +150,16 @@ def test_one_question_at_a_time(client: FlaskClient, monkeypatch: pytest.MonkeyP
     leave.set()
     first.join(30)
     assert status == 429 and "another fit" in answer["error"], answer
+    assert fit(client, gang("c", 2, "1"))[0] == 200
+
+
+def test_questions_are_spaced(app: Flask) -> None:
+    """A question sooner than ``min_interval`` after the last is refused (the bound on what a tool asking
+    in a loop costs the verbs); one after it is answered. 0.5 s: no wall-clock bound is asserted, the
+    second question is simply asked at once."""
+    client = app.test_client()
+    assert fit(client, gang("a", 2, "1"))[0] == 200
+    status, answer = fit(client, gang("b", 2, "1"))
+    assert status == 429 and "at most every 0.5s" in answer["error"], answer
+    _asking(client)._next_at = 0.0  # as if the interval had passed
     assert fit(client, gang("c", 2, "1"))[0] == 200
