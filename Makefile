@@ -21,6 +21,7 @@ help:
 	@echo "make stress     10x filter rate for 60 s, 600-member bind barrier (docs/reliability.md)"
 	@echo "make starvation a 16-node gang under a 3-minute stream of small work, $${STARVATION_RUNS:-5} times (docs/performance.md)"
 	@echo "make bench-gang-perf upstream's gang benchmark (5,000 nodes; GANG_PERF_ARGS='--scale 0.2' for less)"
+	@echo "make bench-fit  kubectl gang fit for a 1,000-member gang on 5,000 nodes; then POST /fit beside a filter stream"
 	@echo "make k8s        build the pinned Kubernetes binaries (v1.35.4, v1.36.3, v1.37.2), kwok v0.8.0, promtool, helm v3.22.0 and the Prometheus Operator CRDs into ~/.cache/gang-extender"
 
 $(STAMP): pyproject.toml
@@ -95,7 +96,7 @@ clean:
 BENCH_STAMP := $(VENV)/.installed-bench
 ROOT_OR_SUDO = $$(test "$$(id -u)" = 0 || echo sudo)
 
-.PHONY: wrk loadtest bench-e2e bench-e2e-pinned bench-gang-perf record-corpus
+.PHONY: wrk loadtest bench-e2e bench-e2e-pinned bench-gang-perf bench-fit record-corpus
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
@@ -125,6 +126,10 @@ bench-e2e-pinned: $(BENCH_STAMP) k8s
 bench-gang-perf: $(BENCH_STAMP) k8s  # upstream's gang benchmark at 5,000 nodes (issue 14 section 3)
 	$(BIN)/python bench/gang_perf.py --json out/bench-gang-perf.json $(GANG_PERF_ARGS)
 	$(BIN)/python bench/plot.py --only gang-perf
+
+bench-fit: $(STAMP) k8s  # issue 28 item 3 (docs/performance.md)
+	$(BIN)/python bench/fit_latency.py --json out/bench-fit.json $(BENCH_FIT_ARGS)
+	$(BIN)/python bench/fit_beside_filters.py --json out/bench-fit-beside.json $(BENCH_FIT_BESIDE_ARGS)
 
 record-corpus: $(STAMP) k8s  # re-record tests/data/corpus from a real kube-scheduler
 	$(BIN)/python hack/record_corpus.py
