@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     results["filter_errors"] = failed
     print(json.dumps(results, indent=2))
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 1 if failed else 0
 

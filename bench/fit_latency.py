@@ -138,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"(expected {expected}){'' if good else '  <-- FAILED'}")
     print(json.dumps(results, indent=2))
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0 if ok else 1
 
