@@ -106,7 +106,8 @@ def ask(kubeconfig: str, path: Path) -> tuple[float, dict[str, Any]]:
 def listing_seconds(kubeconfig: str) -> float:
     """The part of a fit spent listing the cluster and reading it into a mirror (in this process)."""
     started = time.monotonic()
-    fit.read_cluster(fit.fetch(KubeClient(kubeconfig)))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        fit.read_cluster(fit.fetch(KubeClient(kubeconfig), pool))
     return time.monotonic() - started
 
 

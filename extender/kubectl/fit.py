@@ -48,60 +48,62 @@ CACHED = {"resourceVersion": "0"}
 watches have, and about half the cost of a read from etcd at 5,000 nodes."""
 
 
+Listed = Future[list[dict[str, Any]]]
+
+
 @dataclass
 class Cluster:
-    """What a fit reads of the cluster, as the API server listed it."""
+    """What a fit reads of the cluster, each list as the API server sends it (a future: the lists arrive
+    side by side, and the first is read into the mirror while the others are still on the way)."""
 
-    nodes: list[dict[str, Any]]
-    pods: list[dict[str, Any]]
-    groups: list[tuple[GroupKind, dict[str, Any]]]
-    budgets: list[dict[str, Any]]
-    priority_classes: list[dict[str, Any]]
-    events: list[dict[str, Any]]
+    nodes: Listed
+    pods: Listed
+    groups: list[tuple[GroupKind, Listed]]
+    budgets: Listed
+    priority_classes: Listed
+    events: Listed
 
 
-def fetch(kube: Reader) -> Cluster:
-    """Every list a fit needs, fetched side by side (the API server serves one while this process reads
-    another)."""
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        versions = list(pool.map(lambda api: next((v for v in api.versions if kube.serves(api.group, v, api.resource)),
-                                                  None), GROUP_APIS))
+def fetch(kube: Reader, pool: ThreadPoolExecutor) -> Cluster:
+    """Every list a fit needs, started side by side on ``pool`` (the API server serves one while this
+    process reads another)."""
+    versions = list(pool.map(lambda api: next((v for v in api.versions if kube.serves(api.group, v, api.resource)),
+                                              None), GROUP_APIS))
 
-        def listed(path: str, query: Mapping[str, str] = CACHED) -> Future[list[dict[str, Any]]]:
-            return pool.submit(lambda: list(kube.list(path, query=dict(query))))
+    def listed(path: str, query: Mapping[str, str] = CACHED) -> Listed:
+        return pool.submit(lambda: list(kube.list(path, query=dict(query))))
 
-        nodes, pods = listed("/api/v1/nodes"), listed("/api/v1/pods")
-        groups = [(api.kind, listed(api.path(version))) for api, version in zip(GROUP_APIS, versions, strict=True)
-                  if version is not None]
-        budgets = listed("/apis/policy/v1/poddisruptionbudgets")
-        classes = listed("/apis/scheduling.k8s.io/v1/priorityclasses")
-        events = listed("/api/v1/events", {**CACHED, "fieldSelector": f"reason={REASON}"})
-        return Cluster(nodes.result(), pods.result(), [(kind, obj) for kind, found in groups for obj in found.result()],
-                       budgets.result(), classes.result(), events.result())
+    nodes, pods = listed("/api/v1/nodes"), listed("/api/v1/pods")
+    groups = [(api.kind, listed(api.path(version))) for api, version in zip(GROUP_APIS, versions, strict=True)
+              if version is not None]
+    return Cluster(nodes, pods, groups, listed("/apis/policy/v1/poddisruptionbudgets"),
+                   listed("/apis/scheduling.k8s.io/v1/priorityclasses"),
+                   listed("/api/v1/events", {**CACHED, "fieldSelector": f"reason={REASON}"}))
 
 
 def read_cluster(cluster: Cluster) -> tuple[ClusterMirror, DisruptionBudgets, int]:
     """The nodes, pods, group objects and budgets, in a mirror and budgets of their own (and how many
-    objects were too malformed to read: the extender skips them too)."""
+    objects were too malformed to read: the extender skips them too), each list read as it arrives."""
     mirror = ClusterMirror()
     skipped = 0
-    for obj in cluster.nodes:
+    for obj in cluster.nodes.result():
         try:
             mirror.upsert_node(obj)
         except ObjectError:
             skipped += 1
-    for kind, obj in cluster.groups:
-        try:
-            mirror.upsert_group(kind, obj)
-        except ObjectError:
-            skipped += 1
-    for obj in cluster.pods:
+    for kind, found in cluster.groups:
+        for obj in found.result():
+            try:
+                mirror.upsert_group(kind, obj)
+            except ObjectError:
+                skipped += 1
+    for obj in cluster.pods.result():
         try:
             mirror.upsert_pod(obj)
         except ObjectError:
             skipped += 1
     budgets = DisruptionBudgets()
-    budgets.replace(cluster.budgets)
+    budgets.replace(cluster.budgets.result())
     return mirror, budgets, skipped
 
 
@@ -135,11 +137,12 @@ def choose_state(states: list[LedgerState], scheduler: str) -> LedgerState | Non
 def answer(kube: Reader, question: Submission, *, extender_namespace: str | None = None,
            now: float | None = None) -> dict[str, Any]:
     """The oracle's answer for ``question`` on the cluster ``kube`` reads, with notes on what it assumed."""
-    cluster = fetch(kube)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        cluster = fetch(kube, pool)
+        submission.set_priorities(question, cluster.priority_classes.result())
+        mirror, budgets, skipped = read_cluster(cluster)
+        states = ledger_states(cluster.events.result(), extender_namespace)
     now = time.time() if now is None else now
-    submission.set_priorities(question, cluster.priority_classes)
-    mirror, budgets, skipped = read_cluster(cluster)
-    states = ledger_states(cluster.events, extender_namespace)
     state = choose_state(states, question.scheduler_name)
     notes = []
     if state is None:
