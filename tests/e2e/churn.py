@@ -573,7 +573,8 @@ def churn_soak(cp: ControlPlane, ns: str, workdir: Path, *, seconds: float, seed
     final_overcommits = overcommitted_nodes(cp)
     audit = audit_figures(cp, ns)
     _first_binds(kills, watch.snapshot())
-    figures = _figures(ns, watch, work, kills, exchanges, tapped, float(node_cpu), started, stopped, ended)
+    figures = _figures(ns, watch, work, kills, exchanges, tapped, float(node_cpu), started, stopped, ended,
+                       partly_bound_reports(cp, ns))
     figures.update(
         leases={"name": leases, "extender": LEASES[leases][0], "kube_scheduler": scheduler_lease},
         soak_seconds=round(stopped - started, 1), converge_seconds=round(ended - stopped, 1),
@@ -807,8 +808,38 @@ def _stats(values: list[float | None]) -> dict[str, Any]:
             "min": min(seen, default=None), "missing": len(values) - len(seen), "values": values}
 
 
+def refused_bindings(gang: Gang, lives: Sequence[Life], tapped: Sequence[Any], first: float, last: float
+                     ) -> list[str]:
+    """Members of ``gang`` whose Binding reached the API server (the tap) in [first - 1 s, last] and was not
+    made: no life of that pod (by the Binding's uid) bound to that node after it (the API server refused it:
+    in this soak, because the churner deleted the member between the release's check and its Binding)."""
+    names = set(gang.members)
+    refused = []
+    for r in tapped:
+        if r.pod not in names or not first - 1.0 <= r.received <= last:
+            continue
+        made = any(life.name == r.pod and life.node == r.node and life.bound is not None
+                   and life.bound >= r.received and (not r.uid or life.uid == r.uid) for life in lives)
+        if not made:
+            refused.append(r.pod)
+    return refused
+
+
+def partly_bound_reports(cp: ControlPlane, ns: str) -> set[str]:
+    """The gangs (namespace/name) gang-extender reported partly bound (a ``GangPartiallyBound`` Event)."""
+    items = cp.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+    found = set()
+    for event in items:
+        if event.get("reason") == "GangPartiallyBound":
+            words = str(event.get("message") or "").split()
+            if len(words) > 1 and words[0] == "gang":
+                found.add(words[1])
+    return found
+
+
 def _figures(ns: str, watch: UidWatch, work: Work, kills: list[Kill], exchanges: dict[str, list[Exchange]],
-             tapped: Sequence[Any], node_cpu: float, started: float, stopped: float, ended: float) -> dict[str, Any]:
+             tapped: Sequence[Any], node_cpu: float, started: float, stopped: float, ended: float,
+             partly_bound_reported: set[str]) -> dict[str, Any]:
     lives = watch.snapshot()
     partial, completed, not_whole = [], 0, []
     by_gang: dict[str, list[Life]] = {}
@@ -816,6 +847,7 @@ def _figures(ns: str, watch: UidWatch, work: Work, kills: list[Kill], exchanges:
     for life in lives:
         if life.name in names:
             by_gang.setdefault(names[life.name], []).append(life)
+    refused_stretches: list[dict[str, Any]] = []
     for gang in work.gangs.values():
         mine = by_gang.get(gang.name, [])
         stretches = partial_stretches(gang, mine, ended)
@@ -823,8 +855,14 @@ def _figures(ns: str, watch: UidWatch, work: Work, kills: list[Kill], exchanges:
             worst = judge_stretch(first, last, kills)
             if worst is not None:
                 near = [op.member for op in work.churn if op.gang == gang.name and first - 1.0 <= op.at <= last]
-                partial.append({"gang": gang.name, "size": gang.size, "kind": gang.kind,
-                                "from_s": round(first - started, 2), **worst, "replaced_meanwhile": near})
+                row = {"gang": gang.name, "size": gang.size, "kind": gang.kind, "from_s": round(first - started, 2),
+                       **worst, "replaced_meanwhile": near}
+                refused = refused_bindings(gang, mine, tapped, first, last)
+                if refused:  # the documented case: the API server refused a Binding of the release
+                    refused_stretches.append({**row, "refused": refused, "repaired": last < ended,
+                                              "reported": f"{ns}/{gang.name}" in partly_bound_reported})
+                else:
+                    partial.append(row)
         if _whole(gang, mine):
             completed += 1
         elif gang.name not in work.deleted:
@@ -856,7 +894,10 @@ def _figures(ns: str, watch: UidWatch, work: Work, kills: list[Kill], exchanges:
         "takeover_scheduler_s": _stats([k.scheduler_s for k in kills]),
         "takeover_extender_s": _stats([k.extender_s for k in kills]),
         "takeover_first_bind_s": _stats([k.first_bind_s for k in kills]),
-        "partial_gangs": partial, "overcommits": _overcommits(lives, node_cpu),
+        "partial_gangs": partial, "partial_refused": refused_stretches,
+        "partial_refused_not_repaired_or_not_reported": [
+            r for r in refused_stretches if not (r["repaired"] and r["reported"])],
+        "overcommits": _overcommits(lives, node_cpu),
         **zombie_binds(ns, lives, tapped, exchanges),
         "bind_requests": sum(1 for items in exchanges.values() for e in items if e.verb == "bind"),
         "bind_requests_answered_error": len(bind_errors),
@@ -884,7 +925,8 @@ def _whole_after(gang: Gang, lives: Sequence[Life], kill: Kill) -> float | None:
 def problems(figures: dict[str, Any]) -> list[str]:
     """The invariants ``figures`` break (empty: none)."""
     found = [f"{key}: {figures[key]}" for key in (
-        "partial_gangs", "overcommits", "overcommits_sampled", "overcommitted_nodes_at_end", "zombies", "untapped",
+        "partial_gangs", "partial_refused_not_repaired_or_not_reported", "overcommits", "overcommits_sampled",
+        "overcommitted_nodes_at_end", "zombies", "untapped",
         "gangs_not_whole_at_end", "plain_not_bound_at_end", "feeder_errors", "unplanned_restarts",
         "pod_deletes_not_by_the_harness", "bindings_not_by_gang_extender") if figures.get(key)]
     if figures["gangs_completed"] == 0:
@@ -903,7 +945,9 @@ def summary(figures: dict[str, Any]) -> str:
             f"deleted whole, {len(figures['gangs_not_whole_at_end'])} not whole at the end), "
             f"{figures['replaced']} members replaced ({figures['replaced_while_held']} while held), "
             f"{figures['kills']} kills ({len(figures['releases_cut'])} cut a release), "
-            f"partial {len(figures['partial_gangs'])}, over-commits {len(figures['overcommits'])}, "
+            f"partial {len(figures['partial_gangs'])} (+{len(figures['partial_refused'])} where the API server "
+            f"refused a Binding, {sum(r['repaired'] and r['reported'] for r in figures['partial_refused'])} of "
+            f"them reported and repaired), over-commits {len(figures['overcommits'])}, "
             f"zombie binds {len(figures['zombies'])} (posthumous {len(figures['posthumous'])}), "
             f"takeover first bind p50 {figures['takeover_first_bind_s']['p50']} / max "
             f"{figures['takeover_first_bind_s']['max']} s; longest without a binding "
