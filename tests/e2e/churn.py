@@ -29,7 +29,11 @@ Judged (``problems``):
   minCount (the gang's deliberate deletion ends its timeline). A stretch may last ``GRACE`` seconds, or,
   when a leader kill falls in it (from 1 s before), that kill's takeover (kill -> first binding by the
   new leader) + ``KILL_GRACE``: a release cut by a kill is partly bound until the next leader lets the
-  rest through (docs/reliability.md #25). Longer: partial;
+  rest through (docs/reliability.md #25). Longer: partial, unless a Binding of the gang reached the API
+  server in the stretch and was not made (``refused_bindings``: the churner deleted that member between
+  the release's check and its Binding, which no barrier can prevent; the API-refusal case the extender
+  must report, ``GangPartiallyBound``, and repair): those are counted apart (``partial_refused``) and are
+  a problem only if not reported or the gang was not whole afterwards;
 - over-commits: the pod watch replayed in the API server's order (bindings add a pod's cpu to its
   node, deletions take it away), ``support.overcommitted_nodes`` every 2 s and at the end;
 - zombie binds: a Binding the tap allowed at ``a`` (its commit is after ``a`` and before the watch saw

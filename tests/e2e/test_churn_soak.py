@@ -7,12 +7,13 @@ PodGroups, a third with a gated last member lifted 1-6 s later) and plain pods k
 gangs waiting at the barrier are deleted and re-created under their names, and the leading pair is
 killed (SIGKILL) 3-8 s after each takeover (3-4 kills in 55 s). Asserted (``churn.problems``): every gang
 bound whole or deleted after it was whole, none partly bound beyond 2 s (or the takeover + 5 s when a
-kill cut it), no over-commit (the pod watch replayed, sampled every 2 s, at the end), no zombie bind
-(a Binding the extender sent for a request kube-scheduler no longer waited for, judged by the binding
-tap's time against both proxies' records), no pod deleted but by the harness (audit log); and that the
-system ran: gangs completed, members replaced while held, at least two kills, binds in every 10 s
-interval that no takeover reaches, no pause in bindings longer than the slowest takeover +
-``PAUSE_MARGIN``.
+kill cut it; or, where the API server refused one of the release's Bindings because the churner had just
+deleted that member, reported and repaired), no over-commit (the pod watch replayed, sampled every 2 s,
+at the end), no zombie bind (a Binding the extender sent for a request kube-scheduler no longer waited
+for, judged by the binding tap's time against both proxies' records), no pod deleted but by the harness
+(audit log); and that the system ran: gangs completed, members replaced while held, at least two kills,
+binds in every 10 s interval that no takeover reaches, no pause in bindings longer than the slowest
+takeover + ``PAUSE_MARGIN``.
 """
 
 from __future__ import annotations
