@@ -28,12 +28,13 @@ Judged (``problems``):
 - partial gangs: from the pod watch, per gang, the stretches in which 0 < (its existing members bound) <
   minCount (the gang's deliberate deletion ends its timeline). A stretch may last ``GRACE`` seconds, or,
   when a leader kill falls in it (from 1 s before), that kill's takeover (kill -> first binding by the
-  new leader) + ``KILL_GRACE``: a release cut by a kill is partly bound until the next leader lets the
-  rest through (docs/reliability.md #25). Longer: partial, unless a Binding of the gang reached the API
-  server in the stretch and was not made (``refused_bindings``: the churner deleted that member between
-  the release's check and its Binding, which no barrier can prevent; the API-refusal case the extender
-  must report, ``GangPartiallyBound``, and repair): those are counted apart (``partial_refused``) and are
-  a problem only if not reported or the gang was not whole afterwards;
+  new leader) + ``KILL_GRACES[leases]`` (5 s; 15 s with the shipped Leases): a release cut by a kill is
+  partly bound until the next leader lets the rest through at their next attempt (docs/reliability.md
+  #25). Longer: partial, unless a Binding of the gang reached the API server in the stretch and was not
+  made (``refused_bindings``: the churner deleted that member between the release's check and its
+  Binding, which no barrier can prevent; the API-refusal case the extender must report,
+  ``GangPartiallyBound``, and repair): those are counted apart (``partial_refused``) and are a problem
+  only if not reported or the gang was not whole afterwards;
 - over-commits: the pod watch replayed in the API server's order (bindings add a pod's cpu to its
   node, deletions take it away), ``support.overcommitted_nodes`` every 2 s and at the end;
 - zombie binds: a Binding the tap allowed at ``a`` (its commit is after ``a`` and before the watch saw
@@ -75,7 +76,11 @@ from support import ROOT, overcommitted_nodes, pod, pod_spec, scheduler_config
 from extender.model.quantity import to_units
 
 GRACE = 2.0        # seconds a gang may be partly bound with no kill in the stretch
-KILL_GRACE = 5.0   # ... beyond the takeover when a kill falls in it (as tests/e2e/ha.py)
+KILL_GRACE = 5.0   # ... beyond the takeover when a kill falls in it (as tests/e2e/ha.py; test Leases)
+# With the shipped 15 s Leases no one leads for 15-21 s: the cut gang's unbound members' attempts fail
+# meanwhile and kube-scheduler's pod back-off grows to its maximum (podMaxBackoffSeconds, 10 s by default,
+# which the shipped configuration keeps); the new leader lets them through only at their next attempt.
+KILL_GRACES = {"test": KILL_GRACE, "shipped": KILL_GRACE + 10.0}
 INTERVAL = 10.0    # seconds per row of the activity table
 HTTP_TIMEOUT = 30.0  # kube-scheduler's extender httpTimeout (the shipped scheduler configuration)
 MAX_REPLACEMENTS = 3  # per gang
@@ -578,9 +583,10 @@ def churn_soak(cp: ControlPlane, ns: str, workdir: Path, *, seconds: float, seed
     audit = audit_figures(cp, ns)
     _first_binds(kills, watch.snapshot())
     figures = _figures(ns, watch, work, kills, exchanges, tapped, float(node_cpu), started, stopped, ended,
-                       partly_bound_reports(cp, ns))
+                       partly_bound_reports(cp, ns), KILL_GRACES[leases])
     figures.update(
         leases={"name": leases, "extender": LEASES[leases][0], "kube_scheduler": scheduler_lease},
+        kill_grace_s=KILL_GRACES[leases],
         soak_seconds=round(stopped - started, 1), converge_seconds=round(ended - stopped, 1),
         unplanned_restarts=unplanned, pair_starts={p.label: p.starts for p in pairs},
         watch_error=watch.error, watch_resumes=watch.resumes, feeder_errors=work.errors[:10],
@@ -701,14 +707,15 @@ def partial_stretches(gang: Gang, lives: Sequence[Life], ended: float) -> list[t
     return stretches
 
 
-def judge_stretch(first: float, last: float, kills: Sequence[Kill]) -> dict[str, Any] | None:
+def judge_stretch(first: float, last: float, kills: Sequence[Kill], kill_grace: float = KILL_GRACE
+                  ) -> dict[str, Any] | None:
     """A stretch is allowed ``GRACE``, or from a kill in it (from 1 s before it) that kill's takeover +
-    ``KILL_GRACE``; the worst part over its allowance, or None."""
+    ``kill_grace``; the worst part over its allowance, or None."""
     starts = [(first, GRACE, 0)]
     for kill in sorted(kills, key=lambda k: k.at_mono):
         if first - 1.0 <= kill.at_mono <= last:
             at = max(kill.at_mono, first)
-            starts = [s for s in starts if s[0] < at] + [(at, kill.takeover() + KILL_GRACE, kill.number)]
+            starts = [s for s in starts if s[0] < at] + [(at, kill.takeover() + kill_grace, kill.number)]
     worst = None
     for i, (start, allowance, number) in enumerate(starts):
         end = starts[i + 1][0] if i + 1 < len(starts) else last
@@ -843,7 +850,7 @@ def partly_bound_reports(cp: ControlPlane, ns: str) -> set[str]:
 
 def _figures(ns: str, watch: UidWatch, work: Work, kills: list[Kill], exchanges: dict[str, list[Exchange]],
              tapped: Sequence[Any], node_cpu: float, started: float, stopped: float, ended: float,
-             partly_bound_reported: set[str]) -> dict[str, Any]:
+             partly_bound_reported: set[str], kill_grace: float) -> dict[str, Any]:
     lives = watch.snapshot()
     partial, completed, not_whole = [], 0, []
     by_gang: dict[str, list[Life]] = {}
@@ -856,7 +863,7 @@ def _figures(ns: str, watch: UidWatch, work: Work, kills: list[Kill], exchanges:
         mine = by_gang.get(gang.name, [])
         stretches = partial_stretches(gang, mine, ended)
         for first, last in stretches:
-            worst = judge_stretch(first, last, kills)
+            worst = judge_stretch(first, last, kills, kill_grace)
             if worst is not None:
                 near = [op.member for op in work.churn if op.gang == gang.name and first - 1.0 <= op.at <= last]
                 row = {"gang": gang.name, "size": gang.size, "kind": gang.kind, "from_s": round(first - started, 2),
