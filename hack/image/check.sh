@@ -51,7 +51,9 @@ until [ "$(status /readyz)" = 200 ]; do
 done
 log check "serve --cluster-snapshot: /readyz 200 after $(( ($(date +%s%N) - t0) / 1000000 )) ms (docker run to first 200)"
 [ "$(status /healthz)" = 200 ] || fail "/healthz is not 200"
-curl -sf "http://127.0.0.1:$port/metrics" | grep -q '^# TYPE ' || fail "/metrics is not Prometheus text"
+# Read whole before grep: `curl | grep -q` fails under pipefail when grep stops reading first (SIGPIPE).
+metrics=$(curl -sf "http://127.0.0.1:$port/metrics") || fail "GET /metrics failed"
+grep -q '^# TYPE ' <<<"$metrics" || fail "/metrics is not Prometheus text"
 "$DOCKER" exec "$name" python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8888/readyz', timeout=3)" \
   || fail "the chart's exec probe failed"
 [ "$("$DOCKER" exec "$name" id -u)" = 65532 ] || fail "serve does not run as 65532"
