@@ -113,8 +113,8 @@ kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
-  resources: [{group: "", resources: ["pods", "pods/binding"]}]
-  verbs: ["create", "delete", "deletecollection"]
+  resources: [{group: "", resources: ["pods", "pods/binding", "pods/eviction", "pods/status"]}]
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
 - level: None
 """
 
@@ -160,6 +160,9 @@ def audit_figures(cp: ControlPlane, ns: str) -> dict[str, Any]:
                 foreign_deletes.append((ref.get("name"), agent[:60], code, entry.get("requestReceivedTimestamp")))
         if ref.get("subresource") == "binding" and not agent.startswith("python-urllib3") and code == 201:
             foreign_bindings.append((ref.get("name"), agent[:60], entry.get("requestReceivedTimestamp")))
+        if ref.get("subresource") == "eviction" or entry.get("verb") == "deletecollection":
+            foreign_deletes.append((ref.get("name"), f"{entry.get('verb')} {ref.get('subresource') or ''} "
+                                    f"{agent[:40]}", code, entry.get("requestReceivedTimestamp")))
     return {"audit": True, "pod_deletes": deletes, "pod_deletes_not_by_the_harness": foreign_deletes,
             "bindings_not_by_gang_extender": foreign_bindings}
 
