@@ -57,8 +57,8 @@ layers: $(STAMP)
 test-fast: lint typecheck layers
 	$(BIN)/python -m pytest -m "not e2e" -q
 
-test: lint typecheck layers k8s
-	$(BIN)/python -m pytest -q
+test: lint typecheck layers k8s  # the job-controller tier's short version only (tests/realnodes/conftest.py: jobs_full)
+	$(BIN)/python -m pytest -q -m "not jobs_full"
 
 bench: $(STAMP)
 	$(BIN)/python bench/filter_latency.py
@@ -141,7 +141,7 @@ image:  # gang-extender:dev and localhost/kube-scheduler:v1.35.4, offline on a D
 	bash hack/image/build.sh
 
 # ---- the real-node tier (docs/decisions/0004-real-nodes.md) ---------------------------------------
-.PHONY: real-nodes real-nodes-down test-realnodes
+.PHONY: real-nodes real-nodes-down test-realnodes test-jobs
 
 real-nodes: $(STAMP) image  # a local control plane and two real kubelets with both images, until Ctrl-C
 	bash hack/real-nodes/build.sh > /dev/null
@@ -150,5 +150,8 @@ real-nodes: $(STAMP) image  # a local control plane and two real kubelets with b
 real-nodes-down:  # undo what a killed real-node run left on the machine
 	$(BIN)/python hack/real-nodes/realnodes.py down
 
-test-realnodes: $(STAMP)  # only the real-node tier (make test runs it too; docs/e2e.md)
+test-realnodes: $(STAMP)  # only the real-node tier, the job controllers in full (make test runs its short version; docs/e2e.md)
 	$(BIN)/python -m pytest -q -m realnodes tests/realnodes
+
+test-jobs: $(STAMP)  # the job controllers (JobSet v0.10.1, Kubeflow training operator v1.8.1, from their Go modules) on real nodes, in full
+	$(BIN)/python -m pytest -q tests/realnodes/test_jobset.py tests/realnodes/test_training_operator.py

@@ -31,6 +31,12 @@ import realnodes  # noqa: E402
 from tests.skipping import skip_loudly  # noqa: E402
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "jobs_full: the job-controller tests beyond CI's short version (one controller, one job); "
+        "make test leaves them out, make test-jobs and make test-realnodes run them")
+
+
 def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -79,3 +85,13 @@ def helm_bin() -> Path:
         return helmchart.find_helm()
     except controlplane.BinariesUnavailableError as exc:
         skip_loudly(f"REAL-NODE CHART TESTS NOT RUN: helm v{helmchart.HELM_VERSION} unavailable: {exc}")
+
+
+@pytest.fixture(scope="module")
+def chart(real_cluster: realcluster.RealCluster, helm_bin: Path) -> realcluster.RealCluster:
+    """charts/gang-extender installed with ``helm install`` and 2 replicas, both ready (the PodGroup CRD
+    first, as docs/deploy.md says)."""
+    real_cluster.kubectl("apply", "-k", str(ROOT / "manifests" / "crds"))
+    real_cluster.helm_install(helm_bin, ["replicas=2"])
+    real_cluster.wait_rollout(2)
+    return real_cluster

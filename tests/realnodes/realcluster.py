@@ -134,13 +134,18 @@ def gang_pod(namespace: str, name: str, group: str, min_count: int, *, cpu: str 
 class GangSampler:
     """Samples a gang's pods; fails when some but not all are bound for longer than PARTIAL_GRACE."""
 
-    def __init__(self, cluster: RealCluster, namespace: str, group: str, size: int) -> None:
+    def __init__(self, cluster: RealCluster, namespace: str, group: str, size: int, *,
+                 select: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None) -> None:
+        """``select``: which of the group's pods form the gang now (default: all; e.g. only the newest
+        generation while a controller replaces them)."""
         self.cluster, self.namespace, self.group, self.size = cluster, namespace, group, size
+        self.select = select
         self.partial_since: float | None = None
         self.last: list[dict[str, Any]] = []
 
     def sample(self) -> list[dict[str, Any]]:
-        self.last = self.cluster.pods(self.namespace, f"gang={self.group}")
+        pods = self.cluster.pods(self.namespace, f"gang={self.group}")
+        self.last = self.select(pods) if self.select is not None else pods
         bound = [p for p in self.last if p["spec"].get("nodeName")]
         now = time.monotonic()
         if 0 < len(bound) < self.size:
@@ -249,3 +254,37 @@ def deploy_default_scheduler(cluster: RealCluster) -> None:
     config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{DEFAULT_EXTENDER_PORT}"
     cluster.plane.stop_scheduler()
     cluster.plane.start_scheduler(config)
+
+
+# ---- job controllers (tests/realnodes/test_jobset.py, test_training_operator.py) ---------------------------
+def deploy_controller(cluster: RealCluster, manifests: Path, image: str, namespace: str, deployment: str,
+                      probe: Mapping[str, Any]) -> None:
+    """Apply a job controller's rendered manifests (server-side: its CRDs are large), with its image imported
+    into the nodes; wait until its Deployment is ready and its webhooks accept ``probe`` (a server-side dry
+    run): they answer once the controller has written its certificate and the CA into their configurations."""
+    cluster.nodes.import_images([image])
+    cluster.kubectl("apply", "--server-side", "-f", str(manifests))
+
+    def ready() -> bool:
+        status = cluster.get("deployment", deployment, "-n", namespace).get("status", {})
+        return bool(status.get("readyReplicas"))
+
+    def accepted() -> bool:
+        return cluster.kubectl("create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(dict(probe)),
+                               check=False).returncode == 0
+
+    try:
+        wait_for(ready, timeout=240, interval=1.0, what=f"{namespace}/{deployment} ready")
+        wait_for(accepted, timeout=120, interval=1.0, what=f"{namespace}/{deployment}'s webhooks to accept a job")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{cluster.diagnostics(namespace)}") from exc
+
+
+def worker_container(name: str, script: str = WORKER, cpu: str = "100m") -> dict[str, Any]:
+    """A container of gang-extender's image running ``script`` (:data:`WORKER`: says where it runs, waits)."""
+    return {
+        "name": name, "image": "gang-extender:dev", "command": ["python", "-c", script],
+        "env": [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "resources": {"requests": {"cpu": cpu, "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+    }  # fmt: skip

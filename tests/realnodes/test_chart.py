@@ -37,15 +37,6 @@ ROOT = Path(__file__).resolve().parents[2]
 KUBECTL_GANG = str(Path(sys.executable).with_name("kubectl-gang"))
 
 
-@pytest.fixture(scope="module")
-def chart(real_cluster: RealCluster, helm_bin: Path) -> RealCluster:
-    """The chart installed with 2 replicas, both ready (the PodGroup CRD first, as docs/deploy.md says)."""
-    real_cluster.kubectl("apply", "-k", str(ROOT / "manifests" / "crds"))
-    real_cluster.helm_install(helm_bin, ["replicas=2"])
-    real_cluster.wait_rollout(2)
-    return real_cluster
-
-
 def leaders(cluster: RealCluster) -> tuple[str, str]:
     """(kube-scheduler's Lease holder, the extender's), each as the pod name its identity starts with."""
     return (cluster.lease_holder("gang-scheduler").split("_")[0], cluster.lease_holder("gang-extender").split("_")[0])
