@@ -564,14 +564,9 @@ def churn_soak(cp: ControlPlane, ns: str, workdir: Path, *, seconds: float, seed
                 wait_for(lambda: time.monotonic() >= end, timeout=seconds + 60, interval=0.2, what="the soak's end")
             stopped = time.monotonic()
             work.ungate_due(everyone=True)
-            live = work.live()
-            wanted = [m for name, size in live.items()
-                      for m in ([name] if name in work.plain else work.gangs[name].members)]
-            try:
-                watch.wait(lambda w: _all_bound(w, wanted), timeout=converge_seconds,
-                           what=f"all {len(wanted)} live pods bound")
-            except AssertionError as exc:
-                log(f"[churn] {exc}")
+            converged = _converge(work, watch, converge_seconds)
+            if converged:
+                log(f"[churn] {converged}")
             ended = time.monotonic()
             time.sleep(1.0)  # late bindings, replies and tap records, if any, are recorded too
             for pair in pairs:
@@ -598,6 +593,29 @@ def churn_soak(cp: ControlPlane, ns: str, workdir: Path, *, seconds: float, seed
         logs={p.label: {"extender": str(p.ext.log_path), "requests": str(p.record_path),
                         "kube_scheduler": str(cp.log_path(p.scheduler))} for p in pairs})
     return figures
+
+
+def _converge(work: Work, watch: UidWatch, seconds: float) -> str:
+    """Until every live gang and plain pod is bound ("") or ``seconds`` pass (why not). The feeder keeps
+    creating work when nothing whole can be deleted, so the live pods may request more than the nodes
+    hold when it stops: the oldest whole gangs and bound plain pods are still deleted to make room (as
+    the feeder does), so the last gangs can be placed."""
+    deadline = time.monotonic() + seconds
+    while True:
+        live = work.live()
+        wanted = [m for name in live for m in ([name] if name in work.plain else work.gangs[name].members)]
+        try:
+            left = min(2.0, max(deadline - time.monotonic(), 0.1))
+            watch.wait(lambda w, wanted=wanted: _all_bound(w, wanted), timeout=left,
+                       what=f"all {len(wanted)} live pods bound")
+            return ""
+        except AssertionError as exc:
+            if time.monotonic() >= deadline or watch.error:
+                return str(exc)
+        try:
+            work._make_room()
+        except ApiError as exc:  # the next round tries again
+            work.log(f"[churn] making room at the end: {exc}")
 
 
 def _all_bound(watch: UidWatch, names: Sequence[str]) -> bool:
