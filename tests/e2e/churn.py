@@ -332,6 +332,8 @@ class Work:
         self.churn: list[ChurnOp] = []
         self.churn_conflicts = 0                 # picked, but bound or changed before the delete: left alone
         self.deletes: list[tuple[float, str, str]] = []  # (at, pod, why): every pod delete the harness sent
+        self.vanished: list[tuple[float, str, str, str]] = []  # (at, pod, uid gone, uid created again)
+        self.watch: UidWatch | None = None       # set by churn_soak: what ``_recreate_vanished`` reads
         self.errors: list[str] = []
         self._live: list[tuple[str, int]] = []   # oldest first
         self._lock = threading.Lock()
@@ -436,10 +438,43 @@ class Work:
         next_churn = time.monotonic() + self.churn_interval * self.churn_rng.uniform(0.5, 1.5)
         while not self._stop.is_set():
             self.ungate_due()
+            self.recreate_vanished()
             if time.monotonic() >= next_churn:
                 self._replace_one()
                 next_churn = time.monotonic() + self.churn_interval * self.churn_rng.uniform(0.5, 1.5)
             self._stop.wait(0.1)
+
+    def recreate_vanished(self) -> None:
+        """Create again, as a Job controller would, a member the harness re-created that was then deleted
+        by no one the harness knows of. kube-apiserver does that (docs/reliability.md §26): a status
+        patch of the old pod (kube-scheduler's, after its failed bind) that meets it with its grace-0
+        deletion under way is turned into a delete of the name (``ShouldDeleteDuringUpdate``, then a
+        delete without the old uid), which removes the new pod if it was created meanwhile."""
+        if self.watch is None:
+            return
+        with self._lock:
+            gangs = [g for g in self.gangs.values() if g.deleting is None and g.replaced]
+        replaced_again = {op.old_uid for op in self.churn}
+        for gang in gangs:
+            present = {life.name for life in self.watch.alive(gang.members)}
+            for member in gang.members:
+                ops = [op for op in self.churn if op.member == member]
+                if member in present or not ops or ops[-1].new_uid in replaced_again:
+                    continue
+                with self.watch._changed:
+                    life = self.watch.lives.get(ops[-1].new_uid)
+                    gone = life is not None and life.deleted is not None
+                if not gone or any(uid == ops[-1].new_uid for _, _, uid, _ in self.vanished):
+                    continue
+                try:
+                    created = self.cp.request("POST", f"/api/v1/namespaces/{self.ns}/pods", self._member(gang, member))
+                except ApiError as exc:
+                    if exc.status == 409:  # created again meanwhile: the watch has not seen it yet
+                        continue
+                    raise
+                self.vanished.append((time.monotonic(), member, ops[-1].new_uid, created["metadata"]["uid"]))
+                self.log(f"[churn] {member} (uid {ops[-1].new_uid[:8]}) vanished after its re-creation: created "
+                         "again")
 
     def ungate_due(self, everyone: bool = False) -> None:
         now = time.monotonic()
@@ -549,6 +584,7 @@ def churn_soak(cp: ControlPlane, ns: str, workdir: Path, *, seconds: float, seed
             stack.callback(stop_sampling.set)
             work = Work(cp, ns, selector, list(proxies.values()), seed=seed, capacity_cpu=nodes * node_cpu,
                         interval=interval, churn_interval=churn_interval, log=log)
+            work.watch = watch
             started = time.monotonic()
             with work:
                 end = started + seconds
@@ -922,6 +958,8 @@ def _figures(ns: str, watch: UidWatch, work: Work, kills: list[Kill], exchanges:
         "replaced": len(work.churn), "replaced_while_held": sum(op.held for op in work.churn),
         "gangs_with_replacements": len({op.gang for op in work.churn}),
         "replace_conflicts": work.churn_conflicts,
+        "vanished_recreated": [(round(at - started, 2), pod, gone[:8], again[:8])
+                               for at, pod, gone, again in work.vanished],
         "kills": len(kills), "aimed": sum(k.aimed for k in kills), "releases_cut": cut,
         "takeover_scheduler_s": _stats([k.scheduler_s for k in kills]),
         "takeover_extender_s": _stats([k.extender_s for k in kills]),
@@ -975,7 +1013,8 @@ def summary(figures: dict[str, Any]) -> str:
     """The headline figures on one line."""
     return (f"{figures['gangs_completed']} gangs completed of {figures['gangs']} ({figures['gangs_deleted_whole']} "
             f"deleted whole, {len(figures['gangs_not_whole_at_end'])} not whole at the end), "
-            f"{figures['replaced']} members replaced ({figures['replaced_while_held']} while held), "
+            f"{figures['replaced']} members replaced ({figures['replaced_while_held']} while held; "
+            f"{len(figures.get('vanished_recreated', []))} vanished after their re-creation, created again), "
             f"{figures['kills']} kills ({len(figures['releases_cut'])} cut a release), "
             f"partial {len(figures['partial_gangs'])} (+{len(figures['partial_refused'])} where the API server "
             f"refused a Binding, {sum(r['repaired'] and r['reported'] for r in figures['partial_refused'])} of "
