@@ -169,6 +169,8 @@ def _jobset(obj: Mapping[str, Any], name: str) -> list[Template]:
         job = _dict(raw)
         job_name = str(job.get("name") or "job")
         replicas = _int(job.get("replicas", 1), f"JobSet {name}: replicatedJobs[{job_name}].replicas")
+        if len(out) + replicas > MAX_PODS:  # checked before the list is built, however few pods each makes
+            raise SubmissionError(f"JobSet {name}: more than {MAX_PODS} Jobs")
         template, pods = _job(_dict(_dict(job.get("template")).get("spec")), f"JobSet {name} job {job_name}")
         out.extend((f"{name}-{job_name}-{r}", template, pods) for r in range(replicas))
     return out
@@ -180,6 +182,8 @@ def _pytorchjob(obj: Mapping[str, Any], name: str, namespace: str, out: Submissi
     for role, raw in sorted(_dict(spec.get("pytorchReplicaSpecs")).items()):
         replica_spec = _dict(raw)
         replicas = _int(replica_spec.get("replicas", 1), f"PyTorchJob {name}: {role}.replicas")
+        if replicas > MAX_PODS:
+            raise SubmissionError(f"PyTorchJob {name}: {role}: more than {MAX_PODS} replicas")
         templates.append((f"{name}-{str(role).lower()}", _dict(replica_spec.get("template")), replicas))
     total = sum(t[2] for t in templates)
     if not total:

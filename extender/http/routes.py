@@ -9,6 +9,7 @@ decisions.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -194,7 +195,8 @@ def fit() -> Response:
             objects = [objects]
         if not isinstance(objects, list):
             raise ProtocolError("the body must be a Kubernetes object, a List, or a JSON array of objects")
-        if raw_count is not None and not (raw_count.isdigit() and 0 < int(raw_count) <= submission.MAX_PODS):
+        if raw_count is not None and not (re.fullmatch(r"[0-9]{1,6}", raw_count)
+                                          and 0 < int(raw_count) <= submission.MAX_PODS):
             raise ProtocolError(f"count must be a whole number from 1 to {submission.MAX_PODS}")
         question = submission.read(objects, namespace, int(raw_count) if raw_count is not None else None)
         submission.require_priorities(question)

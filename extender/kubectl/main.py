@@ -128,6 +128,9 @@ def _fit(args: argparse.Namespace, kube: Reader, out: TextIO, err: TextIO, stdin
     except SubmissionError as exc:
         print(f"{PROG} fit: {exc}", file=err)
         return 2
+    except RecursionError:  # a YAML alias that contains itself
+        print(f"{PROG} fit: {args.filename} nests too deeply to be Kubernetes objects", file=err)
+        return 2
     print(json.dumps(answer, indent=2, sort_keys=True) if args.output == "json" else render.fit_page(answer),
           end="\n" if args.output == "json" else "", file=out)
     return 0

@@ -14,8 +14,12 @@ anything but its answer, or keep anything between questions.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import logging
+import math
 import os
-import select
+import resource
+import selectors
 import signal
 import threading
 import time
@@ -27,7 +31,7 @@ import orjson
 from extender.cluster.budgets import DisruptionBudgets
 from extender.cluster.levels import TopologyLevels
 from extender.cluster.mirror import ClusterMirror
-from extender.errors import RefusedError, SubmissionError
+from extender.errors import BadInputError, RefusedError, SubmissionError
 from extender.fitting import oracle
 from extender.fitting.submission import Submission
 from extender.gangs.ledger import GangLedger
@@ -40,6 +44,9 @@ share."""
 DEADLINE_SECONDS = 20.0
 """A question not answered by then is dropped (the child killed) and the caller told so (503)."""
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
+CHILD_MEMORY_BYTES = 1024 * 1024 * 1024
+"""Memory the child may map beyond what it inherited; past it the question fails (503), the server lives."""
+PR_SET_PDEATHSIG = 1
 
 
 class Asking:
@@ -60,26 +67,26 @@ class Asking:
         self.answered = 0
 
     def ask(self, read_question: Callable[[], Submission]) -> dict[str, Any]:
-        """The oracle's answer for the question ``read_question`` reads (``SubmissionError``, ``ProtocolError``:
-        it cannot be answered as asked; ``RefusedError``:
-        429 while another question is answered or too soon after the last, 503 past the deadline or when the
-        child fails)."""
+        """The oracle's answer for the question ``read_question`` reads, in the child too (``SubmissionError``:
+        it cannot be answered as asked; ``RefusedError``: 429 while another question is answered or too soon
+        after the last, 503 past the deadline or when the child fails)."""
         if not self._one.acquire(blocking=False):
             raise RefusedError(429, "another fit is being answered; ask again in a moment")
+        wait = 0.0
         try:
             wait = self._next_at - time.monotonic()
             if wait > 0:
-                raise RefusedError(429, f"fits are answered at most every {MIN_INTERVAL_SECONDS}s; ask again in "
+                raise RefusedError(429, f"fits are answered at most every {self.min_interval}s; ask again in "
                                         f"{wait:.1f}s")
-            question = read_question()  # only now: a refused question costs no parsing
             world = self._world()
-            notes = [] if self.leading() else [
-                "this replica is not the leader: the reservations and the order are as this replica last saw them "
-                "(ask the leader, or use kubectl gang fit, which reads the leader's published state)"]
-            def answer_it() -> dict[str, Any]:
-                return oracle.ask(world(), question)
+
+            def answer_it() -> dict[str, Any]:  # the body is read into pods here: in the child, under its limits
+                return oracle.ask(world(), read_question())
             answer = self._in_child(answer_it) if self.fork else answer_it()
-            answer["notes"] = [*answer.get("notes", []), *notes]
+            if not self.leading():
+                answer["notes"] = [*answer.get("notes", []), (
+                    "this replica is not the leader: the reservations and the order are as this replica last saw "
+                    "them (ask the leader, or use kubectl gang fit, which reads the leader's published state)")]
             answer["stateAgeSeconds"] = 0.0
             self.answered += 1
             return answer
@@ -105,22 +112,26 @@ class Asking:
         if pid == 0:  # the child: answer, write, exit; never return into the server's code
             status = 0
             try:
-                os.close(read_end)
-                _yield_the_cpu()
+                _become_a_child(write_end, self.deadline)
                 try:
                     payload: dict[str, Any] = {"answer": answer()}
-                except SubmissionError as exc:
+                except BadInputError as exc:
                     payload = {"refused": str(exc)}
-                except Exception as exc:
+                except RecursionError:
+                    payload = {"refused": "the body nests too deeply to be a Kubernetes object"}
+                except MemoryError:
+                    payload = {"failed": f"the question needs more than {CHILD_MEMORY_BYTES >> 20} MiB"}
+                except Exception as exc:  # the parent reports it; the child must exit
                     payload = {"failed": f"{type(exc).__name__}: {exc}"}
                 data = memoryview(orjson.dumps(payload))
                 while data:
                     data = data[os.write(write_end, data):]
-            except BaseException:
+            except BaseException:  # nothing may unwind into the parent's code
                 status = 1
             finally:
                 os._exit(status)
         os.close(write_end)
+        raw: bytes | None = None
         try:
             raw = _read_all(read_end, time.monotonic() + self.deadline)
         finally:
@@ -143,6 +154,32 @@ class Asking:
         return result
 
 
+def _become_a_child(keep: int, deadline: float) -> None:
+    """What the child does first: drop every inherited file but ``keep`` and stdio (a connection the server
+    closes is closed for its client at once), log nothing, end itself past ``deadline`` even if its parent
+    is gone (SIGALRM; and SIGKILL when the parent dies), take the OOM killer's first pick, no more memory
+    than ``CHILD_MEMORY_BYTES`` beyond what it inherited, and only CPU time no one else wants."""
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        fd = int(name)
+        if fd > 2 and fd != keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    logging.disable(logging.CRITICAL)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(math.ceil(deadline) + 1)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adj:
+        adj.write("1000")
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/statm") as statm:
+            size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        limit = size + CHILD_MEMORY_BYTES
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    _yield_the_cpu()
+
+
 def _yield_the_cpu() -> None:
     """The child takes only CPU time no other thread of the machine wants (``SCHED_IDLE``; else the lowest
     nice): the verbs, in the parent, keep theirs. Lowering one's own priority needs no privilege."""
@@ -154,20 +191,21 @@ def _yield_the_cpu() -> None:
 
 
 def _read_all(fd: int, deadline: float) -> bytes | None:
-    """Everything written to ``fd`` until its writer closes it (None: not by ``deadline``, or too much)."""
+    """Everything written to ``fd`` until its writer closes it (None: not by ``deadline``, or too much).
+    A selector, not ``select``: the serving worker holds thousands of connections, so ``fd`` can be past
+    1023."""
     chunks: list[bytes] = []
     size = 0
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            return None
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > MAX_ANSWER_BYTES:
-            return None
-        chunks.append(chunk)
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                return None
+            chunks.append(chunk)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import socket
 import threading
 import time
 import urllib.error
@@ -21,7 +23,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from extender.errors import RefusedError
+from extender.errors import RefusedError, SubmissionError
 from extender.wiring import asking
 from tests.http.conftest import NODE_NAMES, snapshot_objects
 from tests.http.live import LiveServer
@@ -81,6 +83,7 @@ def test_the_answer_counts_what_the_cluster_runs(client: FlaskClient) -> None:
     ([], "", "no object"),
     (gang("p", 2, "1", priorityClassName="high"), "", "give spec.priority"),
     (gang("q", 2, "1"), "?count=abc", "count must be a whole number"),
+    (gang("q", 2, "1"), "?count=%C2%B2", "count must be a whole number"),  # "²": a digit to str.isdigit
     (gang("r", 2, "1")[1:], "", "has no group with a gang policy"),
 ])
 def test_what_cannot_be_answered_is_a_400_that_says_why(client: FlaskClient, body: Any, query: str, says: str) -> None:
@@ -155,11 +158,48 @@ def test_one_question_at_a_time(client: FlaskClient, monkeypatch: pytest.MonkeyP
 
 def test_questions_are_spaced(app: Flask) -> None:
     """A question sooner than ``min_interval`` after the last is refused (the bound on what a tool asking
-    in a loop costs the verbs); one after it is answered. 0.5 s: no wall-clock bound is asserted, the
-    second question is simply asked at once."""
+    in a loop costs the verbs); one after it is answered."""
     client = app.test_client()
+    _asking(client).min_interval = 60.0  # so that the second question is surely too soon, however slow
     assert fit(client, gang("a", 2, "1"))[0] == 200
     status, answer = fit(client, gang("b", 2, "1"))
-    assert status == 429 and "at most every 0.5s" in answer["error"], answer
+    assert status == 429 and "at most every 60.0s" in answer["error"], answer
     _asking(client)._next_at = 0.0  # as if the interval had passed
     assert fit(client, gang("c", 2, "1"))[0] == 200
+
+
+def test_the_question_is_read_in_the_child(client: FlaskClient) -> None:
+    """The body becomes pods in the child (under its deadline and memory limit), not in the server."""
+    def read() -> Any:
+        raise SubmissionError(f"read in {os.getpid()}")
+    with pytest.raises(SubmissionError) as refused:
+        _asking(client).ask(read)
+    assert str(refused.value) != f"read in {os.getpid()}" and str(refused.value).startswith("read in ")
+
+
+def test_the_child_keeps_no_connection_of_the_server(client: FlaskClient) -> None:
+    """A connection the server closes must close for its client at once, not when a fit ends."""
+    with socket.socket() as held:
+        answer = _asking(client)._in_child(lambda: {"fds": sorted(int(f) for f in os.listdir("/proc/self/fd"))})
+        assert held.fileno() not in answer["fds"] and len(answer["fds"]) <= 5, answer
+
+
+def test_a_child_past_its_memory_is_a_503_and_the_server_lives(client: FlaskClient) -> None:
+    with pytest.raises(RefusedError) as failed:
+        _asking(client)._in_child(lambda: {"size": len(bytearray(3 * asking.CHILD_MEMORY_BYTES))})
+    assert failed.value.status == 503 and "MiB" in failed.value.message, failed.value.message
+
+
+def test_a_worker_with_more_than_1024_files_still_answers(client: FlaskClient) -> None:
+    """select() cannot wait on a file past 1023; a worker holding a barrier of 1,000 binds has such files."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard limit of open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    files = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert _asking(client)._in_child(lambda: {"ok": True}) == {"ok": True}
+    finally:
+        for fd in files:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -93,3 +93,12 @@ def test_the_fit_role_grants_exactly_what_fit_reads(tmp_path: Path) -> None:
 def test_a_refused_fit_names_the_fit_role() -> None:
     assert main.FIT_ROLE in main._hint(KubeError("GET /api/v1/nodes: 403", 403), "fit")
     assert main.VIEWER_ROLE in main._hint(KubeError("GET /api/v1/pods: 403", 403), "list")
+
+
+def test_a_file_that_contains_itself_is_refused_not_a_traceback(tmp_path: Path) -> None:
+    question = tmp_path / "loop.yaml"
+    question.write_text("kind: List\nitems: &loop\n- kind: List\n  items: *loop\n")  # a List that holds itself
+    err = io.StringIO()
+    assert main.run(main._parser().parse_args(["fit", "-f", str(question)]), Recording(), io.StringIO(), err,
+                    now=0.0) == 2
+    assert "nests too deeply" in err.getvalue(), err.getvalue()

@@ -110,3 +110,12 @@ def test_pods_get_the_priority_the_api_server_would_give_them() -> None:
     out.pods[0]["spec"]["priorityClassName"] = "missing"
     with pytest.raises(SubmissionError, match="no PriorityClass 'missing'"):
         set_priorities(out, classes)
+
+
+def test_a_jobset_of_millions_of_empty_jobs_is_refused_before_it_is_built() -> None:
+    """A 200-byte body must not make a list of 5,000,000 Jobs (each of zero pods) before any cap applies."""
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "js"},
+              "spec": {"replicatedJobs": [{"name": "w", "replicas": 5_000_000, "template": {"spec": {
+                  "parallelism": 0, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}}]}}
+    with pytest.raises(SubmissionError, match="more than"):
+        read([jobset])
