@@ -12,6 +12,7 @@ asks ``fitting.oracle`` through ``kubectl.fit``).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -118,6 +119,18 @@ def _objects(source: str, stdin: TextIO) -> list[Any]:
 
 
 def _fit(args: argparse.Namespace, kube: Reader, out: TextIO, err: TextIO, stdin: TextIO, now: float) -> int:
+    # Millions of objects are built (20 MB of JSON at 5,000 nodes) and dropped together at the end: the
+    # cycle collector's passes over them while they are built were a third of the time.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _fit_answer(args, kube, out, err, stdin, now)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _fit_answer(args: argparse.Namespace, kube: Reader, out: TextIO, err: TextIO, stdin: TextIO, now: float) -> int:
     namespace = args.namespace or kubeconfig_namespace(args.kubeconfig, args.context)
     if args.count is not None and args.count < 1:
         print(f"{PROG} fit: --count must be at least 1, got {args.count}", file=err)

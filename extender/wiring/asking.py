@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import logging
 import math
 import os
@@ -156,15 +157,17 @@ class Asking:
 
 def _become_a_child(keep: int, deadline: float) -> None:
     """What the child does first: drop every inherited file but ``keep`` and stdio (a connection the server
-    closes is closed for its client at once), log nothing, end itself past ``deadline`` even if its parent
-    is gone (SIGALRM; and SIGKILL when the parent dies), take the OOM killer's first pick, no more memory
-    than ``CHILD_MEMORY_BYTES`` beyond what it inherited, and only CPU time no one else wants."""
+    closes is closed for its client at once), log nothing, collect no garbage, end itself past ``deadline``
+    even if its parent is gone (SIGALRM; and SIGKILL when the parent dies), take the OOM killer's first
+    pick, no more memory than ``CHILD_MEMORY_BYTES`` beyond what it inherited, and only CPU time no one
+    else wants."""
     for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
         fd = int(name)
         if fd > 2 and fd != keep:
             with contextlib.suppress(OSError):
                 os.close(fd)
     logging.disable(logging.CRITICAL)
+    gc.disable()  # short-lived; a collection would walk (and copy) the inherited heap
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     signal.alarm(math.ceil(deadline) + 1)
     with contextlib.suppress(OSError, AttributeError):
