@@ -185,7 +185,7 @@ def fit() -> Response:
     """Read-only: what the extender would do with the gang the body's objects would make, as ``kubectl gang
     fit -o json`` answers (the body: one object, a ``List`` or a JSON array of them; ``?namespace=`` for
     objects without one, ``?count=`` copies of a lone Pod or PodTemplate). 400: the objects are not one
-    gang; 429: another fit is being answered; 503: not answered in time."""
+    gang; 429: another fit is being answered; 503: the cluster not listed yet, or not answered in time."""
     data = _read_body("fit")
     namespace, raw_count = request.args.get("namespace") or "default", request.args.get("count")
 
@@ -202,11 +202,14 @@ def fit() -> Response:
         submission.require_priorities(question)
         return question
 
-    asking = _ext().runtime.asking
-    if asking is None:
+    runtime = _ext().runtime
+    if runtime.asking is None:
         return json_response({"error": "this extender answers no fit questions", "status": 404}, 404)
+    if not runtime.synced():
+        return json_response({"error": "the extender has not finished its first list of the cluster; ask again "
+                                       "when /readyz says ready", "status": 503}, 503)
     try:
-        answer = asking.ask(read_question)
+        answer = runtime.asking.ask(read_question)
     except (ProtocolError, SubmissionError) as exc:
         return json_response({"error": str(exc), "status": 400}, 400)
     except RecursionError:

@@ -203,3 +203,10 @@ def test_a_worker_with_more_than_1024_files_still_answers(client: FlaskClient) -
         for fd in files:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_no_answer_before_the_cluster_is_listed(client: FlaskClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mirror still being listed would answer for a cluster with nodes or pods missing."""
+    monkeypatch.setattr(client.application.extensions["gang_extender"].runtime, "synced", lambda: False)
+    status, answer = fit(client, gang("early", 2, "1"))
+    assert status == 503 and "first list" in answer["error"], answer
