@@ -69,7 +69,7 @@ from typing import Any
 from bindtap import PROBE, BindingTap
 from controlplane import ApiError, ControlPlane, wait_for
 from ha import EXTENDER_LEASE, Kill, _changed
-from observe import Exchange, RecordingProxy
+from observe import Exchange, RecordingProxy, wait_on
 from pairs import SCHEDULER_LEASE, LeaseState, Log, Pair, lease, scheduler_election
 from support import ROOT, overcommitted_nodes, pod, pod_spec, scheduler_config
 
@@ -266,13 +266,7 @@ class UidWatch:
             self._changed.notify_all()
 
     def wait(self, condition: Callable[[UidWatch], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not condition(self):
-                left = deadline - time.monotonic()
-                if left <= 0 or self.error:
-                    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} ({self.error or 'ok'})")
-                self._changed.wait(min(left, 0.5))
+        wait_on(self._changed, lambda: condition(self), lambda: self.error, timeout, what)
 
     def snapshot(self) -> list[Life]:
         with self._changed:

@@ -176,6 +176,19 @@ def _cpu(pod: dict[str, Any]) -> int:
                for c in pod["spec"]["containers"])
 
 
+def wait_on(changed: threading.Condition, holds: Callable[[], bool], error: Callable[[], str | None],
+            timeout: float, what: str) -> None:
+    """Until ``holds()`` (checked each time ``changed`` is notified, and every 0.5 s), else AssertionError
+    after ``timeout`` or as soon as the watch behind ``changed`` reports ``error()``."""
+    deadline = time.monotonic() + timeout
+    with changed:
+        while not holds():
+            left = deadline - time.monotonic()
+            if left <= 0 or error():
+                raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} ({error() or 'ok'})")
+            changed.wait(min(left, 0.5))
+
+
 class PodWatch:
     """List + watch of one namespace's pods in a thread; see the module docstring."""
 
@@ -247,13 +260,7 @@ class PodWatch:
 
     def wait(self, condition: Callable[[PodWatch], bool], timeout: float, what: str) -> None:
         """Until ``condition(self)`` holds (checked on every event), else AssertionError after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not condition(self):
-                left = deadline - time.monotonic()
-                if left <= 0 or self.error:
-                    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} ({self.error or 'ok'})")
-                self._changed.wait(min(left, 0.5))
+        wait_on(self._changed, lambda: condition(self), lambda: self.error, timeout, what)
 
     def bound(self, names: Sequence[str]) -> list[Binding]:
         with self._changed:
