@@ -159,8 +159,8 @@ def _become_a_child(keep: int, deadline: float) -> None:
     """What the child does first: drop every inherited file but ``keep`` and stdio (a connection the server
     closes is closed for its client at once), log nothing, collect no garbage, end itself past ``deadline``
     even if its parent is gone (SIGALRM; and SIGKILL when the parent dies), take the OOM killer's first
-    pick, no more memory than ``CHILD_MEMORY_BYTES`` beyond what it inherited, and only CPU time no one
-    else wants."""
+    pick, no more memory than ``CHILD_MEMORY_BYTES`` beyond what it inherited, and the lowest CPU
+    priority."""
     for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
         fd = int(name)
         if fd > 2 and fd != keep:
@@ -184,13 +184,11 @@ def _become_a_child(keep: int, deadline: float) -> None:
 
 
 def _yield_the_cpu() -> None:
-    """The child takes only CPU time no other thread of the machine wants (``SCHED_IDLE``; else the lowest
-    nice): the verbs, in the parent, keep theirs. Lowering one's own priority needs no privilege."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        with contextlib.suppress(OSError):
-            os.nice(19)
+    """The child runs at the lowest priority (nice 19): the verbs, in the parent, come first, yet on a
+    machine that is never idle the question still gets a small share and is answered (``SCHED_IDLE``
+    would leave it waiting until its deadline). Lowering one's own priority needs no privilege."""
+    with contextlib.suppress(OSError):
+        os.nice(19)
 
 
 def _read_all(fd: int, deadline: float) -> bytes | None:
