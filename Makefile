@@ -42,7 +42,7 @@ k8s:
 monitoring-crds:  # only the Prometheus Operator CRDs (a step of k8s)
 	bash hack/fetch-prometheus-operator-crds.sh
 
-demo: $(STAMP) k8s
+demo: $(STAMP)  # only what the demo runs: Kubernetes v1.35.4 (hack/demo.py builds it on a first run)
 	$(BIN)/python hack/demo.py
 
 lint: $(STAMP)
@@ -145,7 +145,8 @@ image:  # gang-extender:dev and localhost/kube-scheduler:v1.35.4, offline on a D
 
 real-nodes: $(STAMP) image  # a local control plane and two real kubelets with both images, until Ctrl-C
 	bash hack/real-nodes/build.sh > /dev/null
-	$(BIN)/python hack/real-nodes/realnodes.py up --image gang-extender:dev --image localhost/kube-scheduler:v1.35.4
+	$(BIN)/python hack/real-nodes/realnodes.py up --image gang-extender:dev --image localhost/kube-scheduler:v1.35.4 \
+	  --path $(abspath $(BIN)) --path $$(bash hack/build-helm.sh | tail -n 1)
 
 real-nodes-down:  # undo what a killed real-node run left on the machine
 	$(BIN)/python hack/real-nodes/realnodes.py down

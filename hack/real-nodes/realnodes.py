@@ -34,7 +34,8 @@ Library use::
 
 CLI::
 
-    python hack/real-nodes/realnodes.py up     # control plane + 2 nodes; prints the kubeconfig; Ctrl-C stops
+    python hack/real-nodes/realnodes.py up     # control plane + 2 nodes; prints the kubeconfig and an
+                                               # `export KUBECONFIG=... PATH=...` line; Ctrl-C stops
     python hack/real-nodes/realnodes.py down   # undo what a killed run left behind (from state.json)
 """
 
@@ -642,6 +643,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--nodes", type=int, default=2)
     up.add_argument("--image", action="append", default=[], help="a Docker image to import (repeatable)")
     up.add_argument("--keep", action="store_true", help="keep the control plane's work directory")
+    up.add_argument("--path", action="append", default=[], metavar="DIR",
+                    help="a directory the printed environment line puts first on PATH (repeatable; "
+                         "kubectl's is always there)")
     sub.add_parser("down", help="undo what a killed run left on the machine (from its state.json)")
     args = parser.parse_args(argv)
 
@@ -668,7 +672,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         plane.start_scheduler()
         with RealNodes(plane, bin_dir, count=args.nodes, images=args.image, log=err):
             print(plane.kubeconfig, flush=True)
-            err(f"[real-nodes] export KUBECONFIG={plane.kubeconfig}   (Ctrl-C to stop and clean up)")
+            path = ":".join(dict.fromkeys([str(bin_dir), *(str(Path(d).resolve()) for d in args.path)]))
+            err("[real-nodes] ready. In another terminal (Ctrl-C here stops the cluster and cleans up):")
+            err(f"export KUBECONFIG={plane.kubeconfig} PATH={path}:$PATH")
             while not stop.wait(1.0):
                 pass
     return 0
