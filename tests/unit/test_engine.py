@@ -1,6 +1,6 @@
 """Engine use cases end to end over a real mirror, cache and ledger, with a fake binder and clock.
 
-Covers the gang semantics of DESIGN.md: quorum gate, admission and deadlock avoidance, steering,
+Covers the gang semantics of docs/gang-semantics.md: quorum gate, admission and deadlock avoidance, steering,
 the bind barrier, timeout and back-off, fail fast, bind errors and replica keys.
 """
 
