@@ -78,16 +78,28 @@ class RealCluster:
         self.plane.create_namespace(name)
 
     # ---- the chart -----------------------------------------------------------------------------------
-    def helm_install(self, helm_bin: Path, sets: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
-        """``helm install`` of charts/gang-extender as shipped, pointed at the images built here."""
+    def helm_install(self, helm_bin: Path, sets: Sequence[str] = (), values: Sequence[Path] = ()
+                     ) -> subprocess.CompletedProcess[str]:
+        """``helm install`` of charts/gang-extender as shipped, pointed at the images built here, with
+        ``values`` files and ``sets`` (``--set``) as a user gives them."""
         args = ["install", RELEASE, str(helmchart.CHART), "--namespace", NAMESPACE, "--create-namespace",
                 "--set", f"image.repository={self.images.extender.rsplit(':', 1)[0]}",
                 "--set", f"image.tag={self.images.extender.rsplit(':', 1)[1]}",
                 "--set", f"scheduler.image.repository={self.images.scheduler.rsplit(':', 1)[0]}",
                 "--set", f"scheduler.image.tag={self.images.scheduler.rsplit(':', 1)[1]}"]
+        for path in values:
+            args += ["--values", str(path)]
         for pair in sets:
             args += ["--set", pair]
         return helmchart.helm(helm_bin, *args, kubeconfig=self.plane.kubeconfig)
+
+    def helm_uninstall(self, helm_bin: Path, timeout: float = 120.0) -> None:
+        """``helm uninstall`` of the release; returns once its pods are gone (a terminating replica still
+        counts in kube-scheduler's pod affinity: the next release's pods would wait for it)."""
+        helmchart.helm(helm_bin, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait",
+                       kubeconfig=self.plane.kubeconfig)
+        wait_for(lambda: not self.pods(NAMESPACE, "app.kubernetes.io/name=gang-scheduler"), timeout=timeout,
+                 interval=0.5, what=f"the pods of release {RELEASE} gone")
 
     def wait_rollout(self, replicas: int, timeout: float = 240.0) -> list[dict[str, Any]]:
         """Wait until the gang-scheduler Deployment has ``replicas`` ready pods (both containers ready)."""
@@ -178,6 +190,57 @@ def bound_count(pods: Sequence[Mapping[str, Any]]) -> int:
     return sum(1 for p in pods if p["spec"].get("nodeName"))
 
 
+
+# ---- what a node enforces: a container's cgroup ---------------------------------------------------------------
+CGROUP_FS = Path("/sys/fs/cgroup")
+CFS_PERIOD_US = 100_000  # the kubelet's CPU CFS quota period (its default, cpuCFSQuotaPeriod 100ms)
+_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A memory quantity as the chart's values write it ("700Mi", "1Gi", "1048576") in bytes."""
+    for suffix, factor in _BINARY_SUFFIXES.items():
+        if quantity.endswith(suffix):
+            return int(quantity[: -len(suffix)]) * factor
+    return int(quantity)
+
+
+def quantity_millicpu(quantity: str) -> int:
+    """A CPU quantity ("1500m", "2") in millicores."""
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+def expected_cgroup(resources: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """What the kubelet writes into a container's cgroup for ``resources`` (requests.cpu, limits.cpu,
+    limits.memory), by file relative to the cgroup mount (cgroup v1: under the controller's hierarchy),
+    computed as the kubelet does (MilliCPUToShares, MilliCPUToQuota; on v2 the shares converted to a weight)."""
+    memory = quantity_bytes(resources["limits"]["memory"])
+    quota = quantity_millicpu(resources["limits"]["cpu"]) * CFS_PERIOD_US // 1000
+    shares = quantity_millicpu(resources["requests"]["cpu"]) * 1024 // 1000
+    if (CGROUP_FS / "cgroup.controllers").exists():  # cgroup v2
+        return {"memory.max": str(memory), "cpu.max": f"{quota} {CFS_PERIOD_US}",
+                "cpu.weight": str(1 + ((shares - 2) * 9999) // 262142)}
+    return {"memory/memory.limit_in_bytes": str(memory), "cpu/cpu.cfs_quota_us": str(quota),
+            "cpu/cpu.cfs_period_us": str(CFS_PERIOD_US), "cpu/cpu.shares": str(shares)}
+
+
+def host_cgroup(nodes: RealNodes, pod: Mapping[str, Any], container: str, files: Sequence[str]) -> dict[str, str]:
+    """``files`` (keys of :func:`expected_cgroup`) of the cgroup the node's kubelet made for ``container`` of
+    ``pod``, read on this machine: ``<cgroupRoot>/kubepods/<QoS class>/pod<uid>/<container id>`` (the kubelets
+    use the cgroupfs driver under their own cgroup roots)."""
+    statuses = pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", [])
+    container_id = next(s["containerID"] for s in statuses if s["name"] == container).split("://", 1)[1]
+    node = next(n for n in nodes.nodes if n.name == pod["spec"]["nodeName"])
+    out: dict[str, str] = {}
+    for name in files:
+        controller, _, file = name.rpartition("/")
+        kubepods = CGROUP_FS / controller / node.cgroup_root.lstrip("/") / "kubepods"
+        found = list(kubepods.glob(f"**/pod{pod['metadata']['uid']}/{container_id}"))
+        assert len(found) == 1, f"the cgroup of {pod['metadata']['name']}/{container} under {kubepods}: {found}"
+        out[name] = (found[0] / file).read_text().strip()
+    return out
+
+
 # ---- the default-scheduler topology (manifests/default-scheduler) ------------------------------------------
 #: The static extender's port and Lease on the real nodes: not the shipped 8888 (the host's network namespace
 #: is the machine's, shared with everything else on it) and not the shipped Lease name ``gang-extender``,
@@ -195,13 +258,15 @@ EXTERNAL_IMAGE_ALIASES = {
 
 def static_extender_pod(kubeconfig: Path) -> dict[str, Any]:
     """manifests/default-scheduler/gang-extender-static-pod.yaml, with its kubeconfig at ``kubeconfig`` and
-    :data:`DEFAULT_EXTENDER_PORT` / :data:`DEFAULT_EXTENDER_LEASE` (nothing else changes)."""
+    :data:`DEFAULT_EXTENDER_PORT` / :data:`DEFAULT_EXTENDER_LEASE` (nothing else changes; the Lease is
+    replaced only where the manifest still names the chart's ``gang-extender``)."""
     pod = yaml.safe_load((DEFAULT_SCHEDULER_DIR / "gang-extender-static-pod.yaml").read_text())
     container = pod["spec"]["containers"][0]
     replaced = {"--port=8888": f"--port={DEFAULT_EXTENDER_PORT}",
                 "--lease-name=gang-extender": f"--lease-name={DEFAULT_EXTENDER_LEASE}"}
-    assert set(replaced) <= set(container["args"]), container["args"]
+    assert "--port=8888" in container["args"], container["args"]
     container["args"] = [replaced.get(a, a) for a in container["args"]]
+    assert f"--lease-name={DEFAULT_EXTENDER_LEASE}" in container["args"], container["args"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] == 8888
         container[probe]["httpGet"]["port"] = DEFAULT_EXTENDER_PORT
@@ -254,6 +319,22 @@ def deploy_default_scheduler(cluster: RealCluster) -> None:
     config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{DEFAULT_EXTENDER_PORT}"
     cluster.plane.stop_scheduler()
     cluster.plane.start_scheduler(config)
+
+
+def remove_default_scheduler(cluster: RealCluster) -> None:
+    """Undo :func:`deploy_default_scheduler`: the control plane's kube-scheduler without the extender again,
+    the static pod, its kubeconfig and its Lease's Role gone (the static pod uses the chart's ServiceAccount
+    token, which a ``helm uninstall`` of the chart revokes)."""
+    cluster.plane.stop_scheduler()
+    cluster.plane.start_scheduler()
+    node = cluster.nodes.nodes[0]
+    (node.static_pod_dir / "gang-extender.yaml").unlink(missing_ok=True)
+    mirror = f"gang-extender-{node.name}"
+    wait_for(lambda: cluster.kubectl("get", "pod", "-n", "kube-system", mirror, check=False).returncode != 0,
+             timeout=60, interval=0.5, what=f"the static pod kube-system/{mirror} gone")
+    (node.dir / "gang-extender.conf").unlink(missing_ok=True)
+    cluster.kubectl("delete", "-n", NAMESPACE, "rolebinding,role", "gang-extender:default-scheduler-lease",
+                    "--ignore-not-found")
 
 
 # ---- job controllers (tests/realnodes/test_jobset.py, test_training_operator.py) ---------------------------
