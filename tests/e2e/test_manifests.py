@@ -635,6 +635,14 @@ def test_default_scheduler_topology_runs_as_shipped(installed: ControlPlane, tmp
         _gang_binds_whole(cp, "m-default", "workload-job.yaml", "training-")
     finally:
         cp.stop_scheduler()
+    # It led on this topology's own Lease (role-lease.yaml lets it), not on the second scheduler's: the
+    # extenders of both topologies in one cluster never take the lead from each other.
+    assert _flag(static_pod["args"], "lease-name") == "gang-extender-default-scheduler"
+    chart_values = yaml.safe_load((MANIFESTS.parent / "charts" / "gang-extender" / "values.yaml").read_text())
+    assert chart_values["leaderElection"]["extenderLeaseName"] != _flag(static_pod["args"], "lease-name")
+    lease = cp.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/"
+                              "gang-extender-default-scheduler")
+    assert lease["spec"]["holderIdentity"], lease
     _assert_writes_succeeded(ext)
     _assert_no_credentials_logged(ext, ext.kubeconfig)  # the static pod's token kubeconfig
 

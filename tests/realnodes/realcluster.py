@@ -242,9 +242,9 @@ def host_cgroup(nodes: RealNodes, pod: Mapping[str, Any], container: str, files:
 
 
 # ---- the default-scheduler topology (manifests/default-scheduler) ------------------------------------------
-#: The static extender's port and Lease on the real nodes: not the shipped 8888 (the host's network namespace
-#: is the machine's, shared with everything else on it) and not the shipped Lease name ``gang-extender``,
-#: which the chart's extenders hold when replicas > 1 (two topologies in one cluster must elect apart).
+#: The static extender's port on the real nodes: not the shipped 8888 (the host's network namespace is the
+#: machine's, shared with everything else on it); its Lease, as shipped: the topology's own, not the chart's
+#: ``gang-extender`` (two topologies in one cluster must elect apart).
 DEFAULT_EXTENDER_PORT = 17288
 DEFAULT_EXTENDER_LEASE = "gang-extender-default-scheduler"
 DEFAULT_SCHEDULER_DIR = ROOT / "manifests" / "default-scheduler"
@@ -258,14 +258,12 @@ EXTERNAL_IMAGE_ALIASES = {
 
 def static_extender_pod(kubeconfig: Path) -> dict[str, Any]:
     """manifests/default-scheduler/gang-extender-static-pod.yaml, with its kubeconfig at ``kubeconfig`` and
-    :data:`DEFAULT_EXTENDER_PORT` / :data:`DEFAULT_EXTENDER_LEASE` (nothing else changes; the Lease is
-    replaced only where the manifest still names the chart's ``gang-extender``)."""
+    :data:`DEFAULT_EXTENDER_PORT` (nothing else changes: its Lease, :data:`DEFAULT_EXTENDER_LEASE`, is the
+    manifest's own, apart from the chart's ``gang-extender``)."""
     pod = yaml.safe_load((DEFAULT_SCHEDULER_DIR / "gang-extender-static-pod.yaml").read_text())
     container = pod["spec"]["containers"][0]
-    replaced = {"--port=8888": f"--port={DEFAULT_EXTENDER_PORT}",
-                "--lease-name=gang-extender": f"--lease-name={DEFAULT_EXTENDER_LEASE}"}
     assert "--port=8888" in container["args"], container["args"]
-    container["args"] = [replaced.get(a, a) for a in container["args"]]
+    container["args"] = [f"--port={DEFAULT_EXTENDER_PORT}" if a == "--port=8888" else a for a in container["args"]]
     assert f"--lease-name={DEFAULT_EXTENDER_LEASE}" in container["args"], container["args"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] == 8888
@@ -288,18 +286,8 @@ def deploy_default_scheduler(cluster: RealCluster) -> None:
         env={**os.environ, "KUBECTL": str(cluster.plane.bin_dir / "kubectl"), "KUBECONFIG": cluster.plane.kubeconfig},
         capture_output=True, text=True, timeout=60, check=False)
     assert script.returncode == 0, script.stderr
-    lease_rbac: list[dict[str, Any]] = [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "gang-extender:default-scheduler-lease", "namespace": NAMESPACE},
-         "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                    "resourceNames": [DEFAULT_EXTENDER_LEASE], "verbs": ["get", "update"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "gang-extender:default-scheduler-lease", "namespace": NAMESPACE},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                     "name": "gang-extender:default-scheduler-lease"},
-         "subjects": [{"kind": "ServiceAccount", "name": "gang-extender", "namespace": NAMESPACE}]},
-    ]  # fmt: skip
-    cluster.apply(lease_rbac)
+    # The topology's own Lease Role, as shipped (the rest of ../rbac is the chart's, already installed).
+    cluster.kubectl("apply", "-f", str(DEFAULT_SCHEDULER_DIR / "role-lease.yaml"))
     (node.static_pod_dir / "gang-extender.yaml").write_text(yaml.safe_dump(static_extender_pod(kubeconfig)))
     mirror = f"gang-extender-{node.name}"
 
