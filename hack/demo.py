@@ -51,7 +51,8 @@ def show(cp: ControlPlane) -> dict[str, str]:
 
 
 def main() -> int:
-    say("finding or building Kubernetes v1.35.4 binaries (first run builds them: several minutes)")
+    say("finding or building Kubernetes v1.35.4 binaries (a first run builds them from their Go modules: "
+        "about 10 minutes on 2 cores, progress below; later runs take about a minute in all)")
     bin_dir = find_bin_dir()
     with tempfile.TemporaryDirectory(prefix="gang-demo-") as tmp, ControlPlane(bin_dir, log=quiet) as cp:
         cp.add_nodes(4, cpu="4", memory="16Gi", labels={"demo": "true"}, prefix="demo-node-")
