@@ -5,11 +5,15 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: help demo test test-fast lint typecheck layers k8s monitoring-crds bench fuzz faults ha churn stress starvation clean
+.PHONY: compiled test-compiled wheel-compiled
 
 help:
 	@echo "make demo       run the extender against a local Kubernetes control plane with a sample gang"
 	@echo "make test       lint, type-check, layer check, unit + HTTP + end-to-end tests (what CI runs)"
 	@echo "make test-fast  the same without the end-to-end tier"
+	@echo "make compiled   the hot-path modules compiled by mypyc into build/compiled (the source stays the default build)"
+	@echo "make test-compiled  the unit and HTTP tiers against build/compiled (docs/decisions/0005)"
+	@echo "make wheel-compiled a wheel in dist/ with the hot-path modules compiled (needs a C compiler)"
 	@echo "make image      build gang-extender:dev and the chart's kube-scheduler image offline, then run them as users do"
 	@echo "make real-nodes a local control plane with two real kubelets on this machine, both images in them (until Ctrl-C)"
 	@echo "make bench      filter latency benchmark (results: docs/performance.md)"
@@ -62,6 +66,22 @@ test: lint typecheck layers k8s  # the job-controller tier's short version only 
 
 bench: $(STAMP)
 	$(BIN)/python bench/filter_latency.py
+
+# ---- the compiled hot path (docs/decisions/0005-compiled-hot-path.md) -----------------------------
+# Not part of `make test` yet: the source (uncompiled) is the default build, in the wheel and the image.
+COMPILE_STAMP := $(VENV)/.installed-compile
+$(COMPILE_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,compile]'
+	@touch $@
+
+compiled: $(COMPILE_STAMP)  # build/compiled: extender/ with the modules of setup.py's COMPILED as .so (mypyc, cc)
+	$(BIN)/python hack/compiled.py
+
+test-compiled: compiled  # tests/conftest.py refuses to run unless every compiled module imports as its .so
+	GANG_EXTENDER_TREE=build/compiled $(BIN)/python -m pytest -q tests/unit tests/http
+
+wheel-compiled: $(COMPILE_STAMP)  # dist/gang_extender-*-cp311-*.whl; without GANG_EXTENDER_COMPILE=1 the wheel is pure
+	GANG_EXTENDER_COMPILE=1 $(BIN)/pip wheel --no-build-isolation --no-deps --wheel-dir dist .
 
 FUZZ_STAMP := $(VENV)/.installed-fuzz
 $(FUZZ_STAMP): $(STAMP)

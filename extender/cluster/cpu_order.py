@@ -66,5 +66,17 @@ class CpuOrder:
         exact = sorted((cpu, node) for node in mine
                        if (cpu := self._cpu_left(node, for_gang)) is not None and (not floor or cpu >= least))
         shared = self._sorted.irange((least, "")) if floor else iter(self._sorted)
-        rest = (key for key in shared if key[1] not in mine)
-        return (node for _, node in heapq.merge(rest, exact))
+        return _names(heapq.merge(_without(shared, mine), exact))
+
+
+# Generator functions, not generator expressions: compiled by mypyc (docs/decisions/0005) a generator
+# expression is evaluated whole, into a list, and a walk would read every node instead of those it takes.
+def _without(keys: Iterable[tuple[int, str]], mine: set[str]) -> Iterator[tuple[int, str]]:
+    for key in keys:
+        if key[1] not in mine:
+            yield key
+
+
+def _names(keys: Iterable[tuple[int, str]]) -> Iterator[str]:
+    for _, node in keys:
+        yield node

@@ -245,8 +245,8 @@ def render_filter_error(args: FilterArgs | None, message: str) -> dict[str, Any]
             "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}
 
 
-def render_priorities(scores: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
-    """HostPriorityList; scores are clamped to 0..MAX_SCORE."""
+def render_priorities(scores: Iterable[tuple[str, float]]) -> list[dict[str, Any]]:
+    """HostPriorityList; scores are truncated to integers and clamped to 0..MAX_SCORE."""
     return [{"Host": host, "Score": max(0, min(MAX_SCORE, int(score)))} for host, score in scores]
 
 
