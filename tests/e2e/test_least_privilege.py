@@ -64,6 +64,19 @@ EXTENDER_GRANTS = {
 # the extender's own Lease only (`kubectl auth can-i --list` shows such a rule as "resource[name]").
 NAMESPACED_GRANTS = {NAMESPACE: {"leases.coordination.k8s.io": {"create"},
                                  "leases.coordination.k8s.io[gang-extender]": {"get", "update"}}}
+# The default-scheduler topology's static pods elect on a Lease of their own (role-lease.yaml there): get and
+# update of that one more, and its Role, for that topology only.
+TOPOLOGY_LEASE = {"default-scheduler": "gang-extender-default-scheduler"}
+TOPOLOGY_LEASE_ROLE = {"default-scheduler": "gang-extender:default-scheduler-lease"}
+
+
+def namespaced_grants(topology: str, namespace: str) -> dict[str, set[str]]:
+    grants = dict(NAMESPACED_GRANTS.get(namespace, {}))
+    if namespace == NAMESPACE and topology in TOPOLOGY_LEASE:
+        grants[f"leases.coordination.k8s.io[{TOPOLOGY_LEASE[topology]}]"] = {"get", "update"}
+    return grants
+
+
 # (verb, resource, extra kubectl args): must all be refused to the extender's ServiceAccount.
 EXTENDER_DENIED = [
     ("delete", "pods", []), ("create", "pods", []), ("update", "pods", []),
@@ -133,7 +146,8 @@ def test_only_the_extender_holds_the_extender_role(k8s_bin_dir: Path, topology: 
     """No shipped binding grants the gang-extender roles to kube-scheduler's identity (or anyone else)."""
     bindings = [o for o in built(k8s_bin_dir, topology) if o["kind"] in ("ClusterRoleBinding", "RoleBinding")]
     mine = [b for b in bindings if b["roleRef"]["name"].startswith("gang-extender")]
-    assert {b["roleRef"]["name"] for b in mine} == {"gang-extender", "gang-extender:leases"}
+    own_lease_role = [TOPOLOGY_LEASE_ROLE[topology]] if topology in TOPOLOGY_LEASE_ROLE else []
+    assert {b["roleRef"]["name"] for b in mine} == {"gang-extender", "gang-extender:leases", *own_lease_role}
     for binding in mine:
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": EXTENDER_SA, "namespace": NAMESPACE}]
 
@@ -172,7 +186,7 @@ def test_the_topologys_extender_identity_has_exactly_its_verbs(installed: Contro
     for namespace in (NAMESPACE, "default", "kube-system"):
         granted, baseline = _can_i_list(cp, extender, namespace), _can_i_list(cp, nobody, namespace)
         extra = {r: v - baseline.get(r, set()) for r, v in granted.items() if v - baseline.get(r, set())}
-        assert extra == {**EXTENDER_GRANTS, **NAMESPACED_GRANTS.get(namespace, {})}, namespace
+        assert extra == {**EXTENDER_GRANTS, **namespaced_grants(topology, namespace)}, namespace
     # The same, one verb at a time and across all namespaces, for the APIs this control plane serves
     # (`can-i VERB RESOURCE` resolves the resource through discovery and says "no" to an unserved one,
     # e.g. the 1.36+ podgroups.scheduling.k8s.io on 1.35; the --list check above reads the rules).
