@@ -396,8 +396,10 @@ class ApiClient:
                 conn.request(method, path, body=payload, headers=headers)
                 resp = conn.getresponse()
                 return resp.status, resp.read()
-            except (http.client.RemoteDisconnected, ConnectionError, http.client.CannotSendRequest):
-                # Stale keep-alive connection (e.g. the API server restarted): reconnect once.
+            except (http.client.RemoteDisconnected, ConnectionError, http.client.CannotSendRequest, ssl.SSLEOFError):
+                # Stale keep-alive connection (the API server restarted, or closed it while idle: on TLS the
+                # write then fails with SSLEOFError, seen after a 3-minute build between two requests):
+                # reconnect once.
                 conn.close()
                 if attempt == 2:
                     raise
