@@ -123,11 +123,19 @@ def test_leading_replica_killed_the_other_takes_over(chart: RealCluster) -> None
     victim, extender_leader = leaders(chart)
     assert victim == extender_leader and victim in names
     survivor = (names - {victim}).pop()
-    chart.kubectl("delete", "pod", "-n", NAMESPACE, victim, "--grace-period=0", "--force")
-    wait_for(lambda: leaders(chart)[0] == survivor, timeout=120, interval=0.5,
-             what=f"{survivor} to take kube-scheduler's Lease over from {victim}")
-    _run_gang(chart, "eval", "eval", 2)
-    # The Deployment replaces the killed replica; the new one joins as a follower.
+    victim_node = next(p["spec"]["nodeName"] for p in pods if p["metadata"]["name"] == victim)
+    # The Deployment replaces the killed replica at once; on the victim's node (the anti-affinity allows no
+    # other) it could start before the Lease expires and win it, and the takeover shown would be the
+    # newcomer's. Cordoned, the node keeps its running pods but takes no new one until the survivor leads.
+    chart.kubectl("cordon", victim_node)
+    try:
+        chart.kubectl("delete", "pod", "-n", NAMESPACE, victim, "--grace-period=0", "--force")
+        wait_for(lambda: leaders(chart)[0] == survivor, timeout=120, interval=0.5,
+                 what=f"{survivor} to take kube-scheduler's Lease over from {victim}")
+        _run_gang(chart, "eval", "eval", 2)
+    finally:
+        chart.kubectl("uncordon", victim_node)
+    # The replacement replica starts on the uncordoned node and joins as a follower.
     chart.wait_rollout(2)
     assert leaders(chart) == (survivor, survivor)
     status = json.loads(chart.kubectl("get", "deployment", "gang-scheduler", "-n", NAMESPACE, "-o", "json").stdout)
