@@ -44,7 +44,10 @@ fi
 
 step "building promtool only (a few minutes on 2 cores; the first run downloads its modules)"
 mkdir -p "$work/bin"
-GOWORK=off GOBIN="$work/bin" CGO_ENABLED=0 go install -trimpath \
+# remove_all_sd: without Prometheus' service-discovery plugins (cloud SDKs) promtool builds in half the
+# time (2 min 29 s against 5 min 04 s with the modules downloaded and an empty build cache); rule checks
+# and rule tests, all the project runs, do not use them.
+GOWORK=off GOBIN="$work/bin" CGO_ENABLED=0 go install -trimpath -tags remove_all_sd \
   -ldflags "-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION" \
   "$MODULE/cmd/promtool@v$PROMETHEUS_VERSION" >&2
 mv "$work/bin/promtool" "$out/promtool.tmp"
