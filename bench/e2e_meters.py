@@ -178,6 +178,7 @@ def scheduler_counts(before: dict[str, float], after: dict[str, float]) -> dict[
 EXTENDER_WRITES = (  # (kind, metric, outcomes that were API requests)
     ("Events", "gang_extender_events_total", ("sent", "failed")),
     ("pod wakes", "gang_extender_pod_wakes_total", ("sent", "failed")),
+    ("quorum gates removed", "gang_extender_quorum_gates_removed_total", ("sent", "failed")),
     ("group status", "gang_extender_group_status_writes_total", None),  # every outcome but "dropped"
 )
 

@@ -31,7 +31,7 @@ from extender.cluster.capacity import Capacity, free_on, with_requests
 from extender.cluster.cpu_order import CpuOrder
 from extender.cluster.group_index import GroupIndex, ObjectKey
 from extender.cluster.groups import GroupMeta
-from extender.cluster.records import node_record, pod_record
+from extender.cluster.records import node_record, pod_record, unreadable_gated_record
 from extender.cluster.reservations import ReservedCapacity, Slot
 from extender.model.cluster import NodeRecord, PodRecord
 from extender.model.gang import GangKey, GangPolicy, GroupKind, GroupRef
@@ -99,6 +99,8 @@ class ClusterMirror:
         self._awaited: dict[str, threading.Event] = {}  # uid -> set when that pod is upserted (``wait_for_pod``)
         self._members: dict[GangKey, set[str]] = {}
         self._tried: dict[str, GangKey] = {}  # unbound gang members kube-scheduler found no node for
+        self._gated: dict[str, GangKey | None] = {}  # uid -> gang of the live pods carrying the quorum gate
+        self._unreadable: set[str] = set()  # uids of pods kept only as ``unreadable_gated_record``
         self._groups = GroupIndex()  # group objects, the gang policies they define, their changes
         self._reservations = ReservedCapacity(self._touch)  # what gangs hold for members to come
         self._order = CpuOrder(lambda node, gang: None if node not in self._free_cpu else
@@ -189,6 +191,11 @@ class ClusterMirror:
             if node in self._free_cpu:
                 self._free_cpu[node] -= sign * pod.requests.get(CPU, 0)
             self._touch(node)
+        if pod.quorum_gated and not pod.terminal:
+            if sign > 0:
+                self._gated[pod.uid] = pod.gang
+            else:
+                self._gated.pop(pod.uid, None)
         if pod.gang is not None and not pod.terminal:
             members = self._members.setdefault(pod.gang, set())
             if pod.unschedulable and sign > 0:
@@ -203,7 +210,26 @@ class ClusterMirror:
                     del self._members[pod.gang]
 
     def upsert_pod(self, obj: Mapping[str, Any]) -> PodRecord:
-        return self.upsert_pod_record(pod_record(obj))
+        """Add or update a pod. Raises RecordError (a ValueError) if it is malformed: it is then kept only as
+        ``records.unreadable_gated_record`` while it carries the quorum gate, and forgotten once it does not."""
+        try:
+            record = pod_record(obj)
+        except ValueError:
+            stand_in = unreadable_gated_record(obj)
+            with self.lock:
+                if stand_in is not None:
+                    self._unreadable.add(stand_in.uid)
+                    self.upsert_pod_record(stand_in)
+                else:
+                    metadata = obj.get("metadata")
+                    uid = str(metadata.get("uid") or "") if isinstance(metadata, dict) else ""
+                    if uid in self._unreadable:
+                        self.delete_pod(uid)
+            raise
+        if self._unreadable:
+            with self.lock:
+                self._unreadable.discard(record.uid)
+        return self.upsert_pod_record(record)
 
     def upsert_pod_record(self, record: PodRecord) -> PodRecord:
         """``upsert_pod`` of a pod already read (a fork's, a what-if's)."""
@@ -237,6 +263,7 @@ class ClusterMirror:
 
     def delete_pod(self, uid: str) -> None:
         with self.lock:
+            self._unreadable.discard(uid)
             old = self._pods.pop(uid, None)
             if old is None:
                 return
@@ -249,7 +276,19 @@ class ClusterMirror:
 
     def replace_pods(self, objs: Iterable[Mapping[str, Any]]) -> None:
         """A relist of pods (``_relist``)."""
-        self._relist(objs, lambda obj: self.upsert_pod(obj).uid, lambda: self._pods, self.delete_pod)
+        self._relist(objs, self._relisted_pod, lambda: self._pods, self.delete_pod)
+
+    def _relisted_pod(self, obj: Mapping[str, Any]) -> str:
+        """``upsert_pod`` in a relist: a malformed pod kept as its stand-in counts as seen (and as rejected)."""
+        try:
+            return self.upsert_pod(obj).uid
+        except ValueError:
+            metadata = obj.get("metadata")
+            uid = str(metadata.get("uid") or "") if isinstance(metadata, dict) else ""
+            if uid and uid in self._unreadable:
+                self.rejected_objects += 1
+                return uid
+            raise
 
     def pod(self, namespace: str, name: str) -> PodRecord | None:
         with self.lock:
@@ -289,6 +328,15 @@ class ClusterMirror:
         """Gangs with an unbound member kube-scheduler tried and found no node for."""
         with self.lock:
             return set(self._tried.values())
+
+    def quorum_gated(self) -> list[PodRecord]:
+        """The live pods carrying the quorum gate (``model.cluster.QUORUM_GATE``), gang members or not."""
+        with self.lock:
+            return [self._pods[uid] for uid in self._gated]
+
+    def has_quorum_gated(self, gang: GangKey) -> bool:
+        """Whether a live member of ``gang`` carries the quorum gate (call under the lock: it walks the members)."""
+        return any(self._pods[uid].quorum_gated for uid in self._members.get(gang, ()))
 
     def running_pods(self) -> list[PodRecord]:
         """Pods bound or assumed to a node and not terminal (preemption's candidates)."""

@@ -16,7 +16,16 @@ from typing import Any
 from extender.cluster.groups import PodLink, pod_link
 from extender.cluster.topology_constraints import from_pod
 from extender.errors import RecordError
-from extender.model.cluster import NO_PLACEMENT, NodeRecord, Placement, PodRecord, Requirement, Taint, Toleration
+from extender.model.cluster import (
+    NO_PLACEMENT,
+    QUORUM_GATE,
+    NodeRecord,
+    Placement,
+    PodRecord,
+    Requirement,
+    Taint,
+    Toleration,
+)
 from extender.model.gang import NONE
 from extender.model.quantity import PODS, Resources, add_into, parse_resources
 
@@ -171,7 +180,32 @@ def linked_pod_record(obj: Mapping[str, Any], link: PodLink | None) -> PodRecord
         preempt_never=spec.get("preemptionPolicy") == "Never",
         labels=pod_labels(metadata.get("labels")) if node_name else (),
         unschedulable=not node_name and _unschedulable(_dict(obj.get("status")).get("conditions")),
+        quorum_gate=-1 if node_name else _gate_index(spec.get("schedulingGates"), QUORUM_GATE),
     )
+
+
+def unreadable_gated_record(obj: Mapping[str, Any]) -> PodRecord | None:
+    """For a pod ``pod_record`` cannot read (a malformed gang annotation, a bad quantity): a record of no gang
+    and no requests when it is unbound and carries the quorum gate, so that the gate is removed and
+    kube-scheduler tries the pod (its filter says what is wrong with it) instead of it waiting gated with no
+    word; None otherwise."""
+    metadata, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
+    name, namespace = metadata.get("name"), metadata.get("namespace") or "default"
+    gate = _gate_index(spec.get("schedulingGates"), QUORUM_GATE)
+    if gate < 0 or spec.get("nodeName") or not isinstance(name, str) or not name or not metadata.get("uid"):
+        return None
+    return PodRecord(uid=str(metadata["uid"]), namespace=str(namespace), name=name, node_name="", requests={},
+                     gang=None, scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+                     quorum_gate=gate)
+
+
+def _gate_index(gates: object, name: str) -> int:
+    """The index of scheduling gate ``name`` in ``spec.schedulingGates``; -1 if it is not there."""
+    if isinstance(gates, list):
+        for index, gate in enumerate(gates):
+            if isinstance(gate, dict) and gate.get("name") == name:
+                return index
+    return -1
 
 
 def _unschedulable(conditions: object) -> bool:

@@ -1,6 +1,7 @@
 """Admission: whether a gang may be placed now, and reserving the rest of it when it may (no I/O).
 
-Owns: the quorum gate (the group is defined and enough members exist); planning the members still
+Owns: the quorum gate (the group is defined and enough members exist), and so which members carrying the
+quorum scheduling gate may have it removed; planning the members still
 missing on the free capacity (other gangs' reservations subtracted, its topology constraint kept) and
 reserving that plan when it is complete; remembering a failed plan until something it depended on
 changes; failing fast, with a ``GangNeverFits`` Event, when the gang could not fit even an empty
@@ -56,6 +57,16 @@ class Admission:
         """The quorum gate for member ``pod`` (counted even before the mirror has seen it)."""
         count = self.mirror.member_count(gang) + (0 if self.mirror.is_member(gang, pod.uid) else 1)
         return quorum(gang, policy is not None, policy, count)
+
+    def ungated(self, gang: GangKey) -> list[PodRecord]:
+        """The members of ``gang`` carrying the quorum gate that may go to kube-scheduler now: all of them once
+        the gang passes the quorum gate (its group is defined and ``min_count`` members exist), none before."""
+        members = self.mirror.members(gang)
+        gated = [p for p in members if p.quorum_gated]
+        if not gated:
+            return []
+        exists, policy = self.mirror.gang_policy(gang)
+        return gated if quorum(gang, exists, policy, len(members)).passes else []
 
     def members(self, gang: GangKey, pod: PodRecord | None) -> list[PodRecord]:
         """The gang's members; ``pod``, the member being filtered, too, even if the mirror has not seen it."""

@@ -4,7 +4,8 @@ Owns: the effect types, each a change outside the deciding part's own bookkeepin
 reserve (``Reserve``, the capacity everyone else sees), a bind put at or answered from the barrier
 (``Hold``, ``Answer``: the mirror's assumed placements and the thread waiting for the answer), a pod
 assumed on or forgotten from a node (``Assume``, ``Forget``), what users are told (``Tell`` an Event,
-``Publish`` a group's status), pods woken for a new scheduling attempt (``Wake``, ``WakeBlocked``),
+``Publish`` a group's status), pods woken for a new scheduling attempt (``Wake``, ``WakeBlocked``) or
+let into kube-scheduler's queue (``Ungate``: the quorum gate removed),
 work for the engine (``Evict``, ``Release``: queued as ``Work`` until the engine takes it) and the
 counters (``Count``); and ``Decision``, a verdict with the effects that go with it. Must not: perform
 them (``registry.GangRegistry.apply`` does, in order).
@@ -89,6 +90,13 @@ class Wake:
 
 
 @dataclass(frozen=True, slots=True)
+class Ungate:
+    """Remove the quorum gate from ``pods`` (their gang has its quorum): kube-scheduler tries them from now."""
+
+    pods: Sequence[PodRecord]
+
+
+@dataclass(frozen=True, slots=True)
 class WakeBlocked:
     """Capacity was freed: wake the pods rejected for want of it (``Waitlist``)."""
 
@@ -134,7 +142,8 @@ class Count:
     amount: int = 1
 
 
-Effect = Reserve | HoldAt | Answer | Assume | Forget | Tell | Publish | Wake | WakeBlocked | Evict | Release | Count
+Effect = (Reserve | HoldAt | Answer | Assume | Forget | Tell | Publish | Wake | Ungate | WakeBlocked | Evict | Release
+          | Count)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from extender.gangs.admission import Admission
 from extender.gangs.attempts import Attempts
 from extender.gangs.barrier import Barrier, BindAction, BindDecision
 from extender.gangs.domains import Domain
-from extender.gangs.effects import Decision, Effect, Publish, Release, Reserve, Tell, Wake, Work
+from extender.gangs.effects import Decision, Effect, Publish, Release, Reserve, Tell, Ungate, Wake, Work
 from extender.gangs.expiry import Expiry
 from extender.gangs.latency import ReleaseLatency
 from extender.gangs.placement import GangPlacement
@@ -74,18 +74,19 @@ class GangLedger:
                  bind_mode: BindModeFactory = bind_modes.Barrier, waitlist: Waitlist | None = None,
                  serves: Callable[[PodRecord], bool] | None = None, preemption: bool = False,
                  budgets: Budgets | None = None, eviction_room: Callable[[int], bool] | None = None,
-                 preemption_problem: Callable[[], str] | None = None) -> None:
+                 preemption_problem: Callable[[], str] | None = None, on_ungate: OnWake | None = None) -> None:
         """``bind_mode``: ``bind_modes.Barrier`` (gang-extender binds) or ``bind_modes.FilterGated``
         (another binder does). ``waitlist``: the pods to wake when capacity frees, shared with the
         engine (made here if not given). ``serves``: whether a pod is scheduled through this extender.
-        ``preemption``, ``budgets``, ``eviction_room``, ``preemption_problem``: ``GangPreemption``'s."""
+        ``preemption``, ``budgets``, ``eviction_room``, ``preemption_problem``: ``GangPreemption``'s.
+        ``on_ungate``: removes the quorum gate from pods (``Ungate``)."""
         self.mirror = mirror
         self.lock = mirror.lock
         self.settings = settings = settings or GangSettings()
         self.clock = clock
         self.waitlist = waitlist = waitlist or Waitlist()
         self.registry = registry = GangRegistry(mirror, waitlist, on_event=on_event, on_wake=on_wake,
-                                                on_status=on_status)
+                                                on_status=on_status, on_ungate=on_ungate)
         self.placement = placement = GangPlacement(mirror, registry.get)
         self.latency = ReleaseLatency(settings.hold_seconds / 2)
         self.attempts = attempts = Attempts(placement, settings, clock, self.latency)
@@ -157,10 +158,35 @@ class GangLedger:
 
     def member_added(self, pod: PodRecord) -> None:
         """The mirror saw a new gang member (called under its lock): one a filter came for before it was
-        seen is woken, to be tried again at once."""
+        seen is woken, to be tried again at once; when it completes its gang's quorum, the members carrying the
+        quorum gate are let into kube-scheduler's queue."""
         with self.lock:
             if self.waitlist.take_unseen(pod.uid):
                 self._apply([Wake([pod])])
+            gang = pod.gang
+            if gang is None:
+                return
+            short = pod.link_policy is not None and self.mirror.member_count(gang) < pod.link_policy.min_count
+            if not short and self.mirror.has_quorum_gated(gang):  # ``short``: no walk per member as they come
+                ungated = self.admission.ungated(gang)
+                if ungated:
+                    self._apply([Ungate(ungated)])
+
+    def quorum_gated_due(self) -> list[PodRecord]:
+        """The pods carrying the quorum gate that may go to kube-scheduler now: a gang member once its gang has
+        its quorum, a pod of no gang at once. ``member_added`` asks for a gang's as its members come; this is
+        the walk that catches the rest (a group object that came after its pods, a new leader, a pod of no
+        gang, a removal that failed), every second or so (``wiring``)."""
+        with self.lock:
+            due: list[PodRecord] = []
+            gangs: set[GangKey] = set()
+            for pod in self.mirror.quorum_gated():
+                if pod.gang is None:
+                    due.append(pod)
+                elif pod.gang not in gangs:
+                    gangs.add(pod.gang)
+                    due += self.admission.ungated(pod.gang)
+            return due
 
     # ------------------------------------------------------------------------------ filter
     def filter_gate(self, facts: PodFacts, known: PodRecord | None, linked: bool, names: list[str],

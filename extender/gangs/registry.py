@@ -8,8 +8,8 @@ leader left open (``approved``); the work queued for the engine (quorums to bind
 ``take_work``); the counters; and ``apply``, the only code that changes what a record holds (its
 reservation and holds) and, in the same step, the mirror's view of it (the reserved capacity, the pods
 assumed on nodes), the threads waiting on holds, and what users are told (through the callbacks it is
-given: Events, wake-ups, status). Must not: decide anything, call the API server or block (the callbacks
-only queue).
+given: Events, wake-ups, quorum gates removed, status). Must not: decide anything, call the API server
+or block (the callbacks only queue).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from extender.gangs.effects import (
     Release,
     Reserve,
     Tell,
+    Ungate,
     Wake,
     WakeBlocked,
     Work,
@@ -59,13 +60,15 @@ class GangRegistry:
     """The records, and the apply step."""
 
     def __init__(self, mirror: ClusterMirror, waitlist: Waitlist, *, on_event: OnEvent | None = None,
-                 on_wake: OnWake | None = None, on_status: OnStatus | None = None) -> None:
+                 on_wake: OnWake | None = None, on_status: OnStatus | None = None,
+                 on_ungate: OnWake | None = None) -> None:
         self.mirror = mirror
         self.lock = mirror.lock
         self.waitlist = waitlist
         self.on_event: OnEvent = on_event or (lambda pods, kind, reason, message: None)
         self.on_wake: OnWake = on_wake or (lambda pods: None)
         self.on_status: OnStatus = on_status or (lambda gang, status: None)
+        self.on_ungate: OnWake = on_ungate or (lambda pods: None)
         self.counters: Counter[str] = Counter(dict.fromkeys(COUNTERS, 0))
         self._records: dict[GangKey, GangRecord] = {}
         self._busy: dict[GangKey, GangRecord] = {}
@@ -191,6 +194,8 @@ class GangRegistry:
                 self.on_status(gang, status)
             case Wake(pods):
                 self.on_wake(list(pods))
+            case Ungate(pods):
+                self.on_ungate(list(pods))
             case WakeBlocked():
                 blocked = self.waitlist.take_blocked()
                 if blocked:

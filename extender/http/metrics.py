@@ -131,7 +131,7 @@ def _mirror_metrics(rt: Runtime) -> Iterator[Metric]:
 
 
 def _writer_metrics(rt: Runtime) -> Iterator[Metric]:
-    """What the Event, wake-up and group status writers sent, dropped or failed."""
+    """What the Event, wake-up, quorum-gate and group status writers sent, dropped or failed."""
     events = CounterMetricFamily("gang_extender_events", "Kubernetes Events", labels=["outcome"])
     events.add_metric(["sent"], rt.events.sent)
     events.add_metric(["dropped"], rt.events.dropped)
@@ -143,6 +143,13 @@ def _writer_metrics(rt: Runtime) -> Iterator[Metric]:
     wakes.add_metric(["dropped"], rt.waker.dropped)
     wakes.add_metric(["failed"], rt.waker.failed)
     yield wakes
+    if rt.ungater is not None:
+        ungates = CounterMetricFamily("gang_extender_quorum_gates_removed",
+                                      "Quorum gates removed from pods whose gang has its quorum", labels=["outcome"])
+        ungates.add_metric(["sent"], rt.ungater.sent)
+        ungates.add_metric(["dropped"], rt.ungater.dropped)
+        ungates.add_metric(["failed"], rt.ungater.failed)
+        yield ungates
     if rt.status is not None:
         writes = CounterMetricFamily("gang_extender_group_status_writes",
                                      "Group object status writes (PodGroup condition / phase)", labels=["outcome"])

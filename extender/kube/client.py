@@ -232,6 +232,17 @@ class KubeClient:
         self.request("PATCH", path, body={"metadata": {"annotations": dict(annotations)}}, timeout=10.0,
                      content_type="application/merge-patch+json")
 
+    def remove_scheduling_gate(self, namespace: str, name: str, uid: str, gate: str, index: int) -> None:
+        """Remove scheduling gate ``gate``, at ``index`` in ``spec.schedulingGates``, from pod ``uid``: a JSON
+        patch that tests the uid and the gate's name first, so a pod re-created under the name, or whose gates
+        changed since they were read, is left as it is (422, raised)."""
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+        self.request("PATCH", path, body=[
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": gate},
+            {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
+        ], timeout=10.0, content_type="application/json-patch+json")
+
     def apply_status(self, body: Mapping[str, Any], resource: str, field_manager: str = "gang-extender") -> None:
         """Server-side apply of ``body`` (apiVersion, kind, metadata.name/namespace, status) to the
         object's ``/status`` subresource, without ``force``: fields another manager owns (kube-scheduler

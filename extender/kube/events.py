@@ -1,10 +1,10 @@
-"""Writes to the API server that happen off the hot path: Events and wake-up nudges.
+"""Writes to the API server that happen off the hot path: Events, wake-up nudges, quorum gates removed.
 
-Owns: ``BackgroundWriter`` — a bounded queue drained by one daemon thread at a fixed maximum rate,
-counting what it sent, dropped (queue full) and failed — and its two uses: ``EventRecorder``
+Owns: ``BackgroundWriter`` — a bounded queue drained by daemon threads at a fixed maximum rate,
+counting what it sent, dropped (queue full) and failed — and its three uses: ``EventRecorder``
 (Kubernetes Events on pods or on any other object, e.g. a gang's Workload or PodGroup; repeats of the
-same (object, reason, message) suppressed for ``repeat_seconds``) and ``PodWaker`` (annotation bumps
-that make kube-scheduler retry pending pods).
+same (object, reason, message) suppressed for ``repeat_seconds``), ``PodWaker`` (annotation bumps
+that make kube-scheduler retry pending pods) and ``PodUngater`` (the quorum gate removed).
 Must not: block the caller, or import the client (writers are handed callables).
 """
 
@@ -34,16 +34,20 @@ _NUMBERS = re.compile(r"\d+")
 
 
 class BackgroundWriter(Generic[Item]):
-    """One daemon thread writing queued items, at most ``per_second`` a second; callers never block."""
+    """``workers`` daemon threads (default one) writing queued items, each at most ``per_second`` a second;
+    callers never block."""
 
-    def __init__(self, name: str, *, per_second: float, capacity: int) -> None:
+    def __init__(self, name: str, *, per_second: float, capacity: int, workers: int = 1) -> None:
+        self.name = name
         self._queue: queue.Queue[Item | None] = queue.Queue(maxsize=capacity)
         self._interval = 1.0 / per_second
+        self._count_lock = threading.Lock()
         self.sent = 0
         self.dropped = 0
         self.failed = 0
-        self._thread = threading.Thread(target=self._drain, name=name, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._drain, name=name, daemon=True) for _ in range(workers)]
+        for thread in self._threads:
+            thread.start()
 
     def _offer(self, item: Item) -> bool:
         """Queue ``item``; False (and counted as dropped) when the queue is full."""
@@ -58,12 +62,19 @@ class BackgroundWriter(Generic[Item]):
         raise NotImplementedError
 
     def _failed(self, item: Item, exc: Exception) -> None:
-        log.warning("%s: %r not written: %s", self._thread.name, item, exc)
+        log.warning("%s: %r not written: %s", self.name, item, exc)
+
+    @property
+    def alive(self) -> bool:
+        """Whether a writer thread still runs (until ``close`` has stopped them all)."""
+        return any(thread.is_alive() for thread in self._threads)
 
     def close(self, timeout: float = 2.0) -> None:
-        with contextlib.suppress(queue.Full):
-            self._queue.put_nowait(None)
-        self._thread.join(timeout)
+        for _ in self._threads:
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(None)
+        for thread in self._threads:
+            thread.join(timeout)
 
     def _drain(self) -> None:
         while True:
@@ -72,9 +83,11 @@ class BackgroundWriter(Generic[Item]):
                 return
             try:
                 self._write(item)
-                self.sent += 1
+                with self._count_lock:
+                    self.sent += 1
             except Exception as exc:  # best effort: count, log, carry on
-                self.failed += 1
+                with self._count_lock:
+                    self.failed += 1
                 self._failed(item, exc)
             time.sleep(self._interval)
 
@@ -165,6 +178,36 @@ class PodWaker(BackgroundWriter[tuple[str, str]]):
 
     def _failed(self, item: tuple[str, str], exc: Exception) -> None:
         log.debug("wake of %s/%s failed: %s", item[0], item[1], exc)  # the pod may be gone
+
+
+class PodUngater(BackgroundWriter[PodRecord]):
+    """Removes the quorum gate (``model.cluster.QUORUM_GATE``) from pods whose gang has its quorum, so that
+    kube-scheduler tries them: a few writers at once (a gang's members go together), each pod queued once
+    at a time; a removal that failed (the pod changed, the API server refused) is tried again when the
+    ledger's walk finds the pod still gated."""
+
+    def __init__(self, remove: Callable[[PodRecord], None], *, workers: int = 4, per_second: float = 1000.0,
+                 capacity: int = 10000) -> None:
+        self._remove = remove
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+        super().__init__("ungater", per_second=per_second, capacity=capacity, workers=workers)
+
+    def ungate(self, pods: Iterable[PodRecord]) -> None:
+        with self._lock:
+            for pod in pods:
+                if pod.quorum_gated and pod.uid not in self._pending and self._offer(pod):
+                    self._pending.add(pod.uid)
+
+    def _write(self, item: PodRecord) -> None:
+        try:
+            self._remove(item)
+        finally:
+            with self._lock:
+                self._pending.discard(item.uid)
+
+    def _failed(self, item: PodRecord, exc: Exception) -> None:
+        log.info("quorum gate of %s/%s not removed: %s", item.namespace, item.name, exc)  # gone or changed
 
 
 def log_sink(target: dict[str, str], event_type: str, reason: str, message: str) -> None:

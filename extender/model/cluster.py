@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from extender.model.gang import NONE, GangKey, GangPolicy, Parsed
 from extender.model.quantity import Resources
 
+QUORUM_GATE = "gang-extender.io/quorum"
+"""The scheduling gate the quorum-gate MutatingAdmissionPolicy sets on the pods of gang-extender's scheduler at
+creation (docs/deploy.md "The quorum gate"): kube-scheduler does not try a gated pod, so a gang member that
+comes before its quorum costs no attempt and no back-off; gang-extender removes the gate once the pod's gang
+has its quorum (and at once from a pod of no gang)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Taint:
@@ -99,6 +105,7 @@ class PodRecord:
     # PodDisruptionBudgets select it by them); () for pending pods, to keep the mirror small
     labels: tuple[tuple[str, str], ...] = ()
     unschedulable: bool = False  # unbound and marked by kube-scheduler: it tried the pod and found no node
+    quorum_gate: int = -1  # unbound: the index of QUORUM_GATE in spec.schedulingGates; -1: not gated by it
     # ``spec`` read once into the constraints the predicates evaluate (None: not read; see records.pod_placement)
     placement: Placement | None = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -109,3 +116,7 @@ class PodRecord:
     @property
     def bound(self) -> bool:
         return bool(self.node_name)
+
+    @property
+    def quorum_gated(self) -> bool:
+        return self.quorum_gate >= 0

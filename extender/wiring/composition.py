@@ -32,7 +32,7 @@ from extender.gangs.ledger import GangLedger
 from extender.gangs.settings import GangSettings
 from extender.kube.binder import KubeBinder
 from extender.kube.client import KubeClient
-from extender.kube.events import EventRecorder, PodWaker, log_sink
+from extender.kube.events import EventRecorder, PodUngater, PodWaker, log_sink
 from extender.kube.evictions import EvictionApi, KubeEvictor
 from extender.kube.intents import ReleaseIntents
 from extender.kube.leader import LeaderElector
@@ -40,6 +40,7 @@ from extender.kube.lease import ElectionConfig, KubeLeaseApi, default_namespace
 from extender.kube.publishing import ExplainPublisher
 from extender.kube.status import StatusWriter
 from extender.model import messages
+from extender.model.cluster import QUORUM_GATE, PodRecord
 from extender.wiring.asking import Asking
 from extender.wiring.discovery import GroupWatches
 from extender.wiring.feeds import MirrorFeeds
@@ -68,12 +69,14 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
             patch: Patch, apply_status: Callable[[dict[str, Any]], None] | None = None,
             release_log: ReleaseLog | None = None, journal: ReleaseJournal | None = None,
             may_act: Callable[[], bool] = lambda: True, levels: TopologyLevels | None = None,
-            evictions: EvictionApi | None = None, time_left: Callable[[], float] = lambda: math.inf) -> Runtime:
+            evictions: EvictionApi | None = None, time_left: Callable[[], float] = lambda: math.inf,
+            remove_gate: Callable[[PodRecord], None] = lambda pod: None) -> Runtime:
     """The mirror, cache, ledger, engine and writers of one extender, wired together (nothing started).
 
     ``levels`` gives each gang's preferred-fallback level order (default: ``--topology-levels`` only);
     ``evictions``: the Eviction API (None: no evictor, nothing is ever evicted); ``time_left``: for how
-    many more seconds this replica leads (each Binding is cut to it)."""
+    many more seconds this replica leads (each Binding is cut to it); ``remove_gate``: removes the quorum gate
+    from a pod."""
     levels = levels or TopologyLevels(config.topology_levels(settings))
     mirror = ClusterMirror()
     cache = FilterCache(settings.cache_size, settings.cache_ttl_seconds)
@@ -82,6 +85,7 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
     evictor = None if evictions is None else KubeEvictor(evictions, events, settings.max_evictions_per_minute,
                                                          may_act=may_act)
     waker = PodWaker(patch)
+    ungater = PodUngater(remove_gate)
     status = None
     if apply_status is not None and settings.group_status == "on":
         status = StatusWriter(status_writer(mirror, apply_status))
@@ -104,13 +108,14 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
                         preemption=evictor is not None and settings.preemption == "on", budgets=budgets.allowed,
                         eviction_room=evictor.allows if evictor is not None else None,
                         preemption_problem=lambda: (runtime.preemption_problem() if may_act()
-                                                    else messages.NOT_LEADING))
+                                                    else messages.NOT_LEADING),
+                        on_ungate=ungater.ungate)
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
                     release_log=release_log, scheduler_names=served,
                     answer_margin=settings.bind_answer_margin_seconds, may_act=may_act, time_left=time_left,
                     evictor=evictor)
     runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, mode, status, journal=journal,
-                      budgets=budgets, evictor=evictor,
+                      budgets=budgets, evictor=evictor, ungater=ungater,
                       asking=Asking(mirror, ledger, budgets, levels, sorted(served), leading=may_act))
     return runtime
 
@@ -150,7 +155,9 @@ def from_api(settings: Settings) -> Runtime:
     levels = TopologyLevels(config.topology_levels(settings))
     runtime = compose(settings, "api", lambda _m: KubeBinder(kube), _if(leading, kube.create_event),
                       _if(leading, kube.annotate_pod), _if(leading, apply_status), intents or journal, journal,
-                      leading, levels, kube, elector.time_left if elector is not None else lambda: math.inf)
+                      leading, levels, kube, elector.time_left if elector is not None else lambda: math.inf,
+                      _if(leading, lambda pod: kube.remove_scheduling_gate(pod.namespace, pod.name, pod.uid,
+                                                                           QUORUM_GATE, pod.quorum_gate)))
     if elector is not None and intents is not None:
         runtime.leadership = Leadership(settings.lease_duration_seconds, runtime.ledger.view, runtime.mirror,
                                         runtime.engine.let_through)

@@ -26,7 +26,7 @@ from extender.config import Settings
 from extender.engine.verbs import Engine
 from extender.files.journal import ReleaseJournal
 from extender.gangs.ledger import GangLedger
-from extender.kube.events import EventRecorder, PodWaker
+from extender.kube.events import EventRecorder, PodUngater, PodWaker
 from extender.kube.evictions import KubeEvictor
 from extender.kube.status import StatusWriter
 from extender.kube.watching import Reflector
@@ -66,6 +66,7 @@ class Runtime:
     evictor: KubeEvictor | None = None  # the engine's too (API mode)
     budget_reflector: Reflector | None = None  # PodDisruptionBudgets: readiness, not staleness (API mode)
     asking: Asking | None = None  # POST /fit: the fit oracle over this replica's view
+    ungater: PodUngater | None = None  # removes the quorum gate: the ledger's decisions and the tick's walk
     _synced_once: bool = False
 
     @property
@@ -98,11 +99,14 @@ class Runtime:
 
     def _tick(self) -> None:
         """Expire overdue gangs and end back-offs even when no request arrives; answer every held bind
-        while the view of the cluster is stale."""
+        while the view of the cluster is stale; remove the quorum gate from the pods that may go to
+        kube-scheduler now (``GangLedger.quorum_gated_due``: what no member's arrival decided)."""
         while not self.stop_event.wait(SWEEP_INTERVAL_SECONDS):
             try:
                 self.engine.sweep()
                 self.answer_held_if_stale()
+                if self.ungater is not None:
+                    self.ungater.ungate(self.ledger.quorum_gated_due())
             except Exception:  # the sweeper must survive anything; the next tick retries
                 log.exception("gang sweep failed")
 
@@ -225,6 +229,8 @@ class Runtime:
             self.leadership.elector.stop(release=intents is None or intents.open_count() == 0)
         self.events.close()
         self.waker.close()
+        if self.ungater is not None:
+            self.ungater.close()
         if self.status is not None:
             self.status.close()
 

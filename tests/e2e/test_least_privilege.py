@@ -8,7 +8,8 @@ ValidatingAdmissionPolicy that confines its pod writes, checked on a real kube-a
   Leases in gang-scheduler) and is refused a list of others.
 - Acting as that identity with the extender's own client: an image, label, toleration or foreign
   annotation patch is refused by the policy; its wake-up annotation patch, a Binding, an Event and an
-  Eviction pass; deleting a pod or writing a node is refused by RBAC.
+  Eviction pass; deleting a pod or writing a node is refused by RBAC. Its quorum-gate removal passes, and
+  nothing more in a pod's spec.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from support import PAUSE
 from extender.errors import KubeError
 from extender.kube.client import KubeClient
 from extender.kube.events import WAKE_ANNOTATION
+from extender.model.cluster import QUORUM_GATE
 
 pytestmark = pytest.mark.e2e
 
@@ -288,5 +290,38 @@ def test_the_admission_policy_confines_the_extenders_pod_writes(installed: Contr
         # An Eviction (preemption) passes the policy: the bound pod is being deleted gracefully.
         kube.evict("vap", "target", before["metadata"]["uid"])
         assert cp.request("GET", path)["metadata"].get("deletionTimestamp")
+    finally:
+        kube.close()
+
+
+def test_the_admission_policy_lets_the_extender_remove_its_quorum_gate_and_nothing_more(
+        installed: ControlPlane, tmp_path: Path) -> None:
+    """events.PodUngater's patch passes; removing another gate, every gate, or the quorum gate with any other
+    change is refused by the policy; a patch for a pod re-created under the name fails its uid test."""
+    cp = installed
+    cp.create_namespace("vap-gate")
+    kube = KubeClient(extender_kubeconfig(cp, "second-scheduler", tmp_path))
+    path = "/api/v1/namespaces/vap-gate/pods/gated"
+    json_patch = "application/json-patch+json"
+    try:
+        held = _pod("vap-gate", "gated")
+        held["spec"]["schedulingGates"] = [{"name": "example.com/quota"}, {"name": QUORUM_GATE}]
+        uid = cp.request("POST", "/api/v1/namespaces/vap-gate/pods", held)["metadata"]["uid"]
+        _wait_for_the_policy(kube, path)
+        forbidden = {
+            "another gate removed": [{"op": "remove", "path": "/spec/schedulingGates/0"}],
+            "every gate removed": [{"op": "remove", "path": "/spec/schedulingGates"}],
+            "the quorum gate and a deadline": [{"op": "remove", "path": "/spec/schedulingGates/1"},
+                                               {"op": "add", "path": "/spec/activeDeadlineSeconds", "value": 60}],
+        }
+        for what, body in forbidden.items():
+            error = refused(f"{what} by the extender's identity", lambda b=body: kube.request(
+                "PATCH", path, body=b, content_type=json_patch))
+            assert _by_policy(error), (what, str(error))
+        stale = refused("a removal for another uid", lambda: kube.remove_scheduling_gate(
+            "vap-gate", "gated", "not-" + uid, QUORUM_GATE, 1))
+        assert stale.status == 422 and "test operation" in str(stale).lower(), str(stale)
+        kube.remove_scheduling_gate("vap-gate", "gated", uid, QUORUM_GATE, 1)
+        assert cp.request("GET", path)["spec"]["schedulingGates"] == [{"name": "example.com/quota"}]
     finally:
         kube.close()

@@ -62,7 +62,7 @@ def recorders(sink: Sink) -> Iterator[Callable[..., EventRecorder]]:
     sink.gate.set()
     for recorder in made:
         recorder.close()
-        assert not recorder._thread.is_alive()
+        assert not recorder.alive
 
 
 def test_events_reach_the_sink_with_the_pod_reference(sink: Sink, recorders: Any) -> None:
@@ -145,7 +145,7 @@ def test_close_stops_the_drain_thread(sink: Sink) -> None:
     recorder.record([record("a")], "Normal", "GangBound", "bound")
     wait_until(lambda: recorder.sent == 1)
     recorder.close()
-    assert not recorder._thread.is_alive()
+    assert not recorder.alive
 
 
 # ---------------------------------------------------------------------------------------- PodWaker
@@ -173,4 +173,4 @@ def test_waker_patches_pending_pods_once_and_skips_bound_ones() -> None:
         wait_until(lambda: waker.sent == 2)
     finally:
         waker.close()
-    assert not waker._thread.is_alive()
+    assert not waker.alive

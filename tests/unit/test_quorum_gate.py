@@ -1,0 +1,159 @@
+"""The quorum gate: which pods carrying ``gang-extender.io/quorum`` may go to kube-scheduler, and when.
+
+The record reads the gate's index; the mirror keeps the gated pods; the ledger lets a gang's gated members
+through when its quorum exists (as a member arrives, and in the walk the tick makes), a pod of no gang at
+once; ``PodUngater`` writes each removal once at a time (no engine, no API server).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from extender.cluster.mirror import ClusterMirror
+from extender.cluster.records import pod_record
+from extender.gangs.ledger import GangLedger
+from extender.kube.events import PodUngater
+from extender.model.cluster import QUORUM_GATE, PodRecord
+from extender.model.gang import GroupKind
+from tests.builders import FakeClock, coscheduling_podgroup, node, pod
+
+
+def gated(raw: dict[str, Any], *others: str) -> dict[str, Any]:
+    """``raw`` with scheduling gates ``others`` and then the quorum gate, as the admission policy leaves it."""
+    raw["spec"]["schedulingGates"] = [{"name": g} for g in others] + [{"name": QUORUM_GATE}]
+    return raw
+
+
+def annotated(name: str, group: str, min_count: int) -> dict[str, Any]:
+    return pod(name, annotations={"gang-extender.io/group": group, "gang-extender.io/min-count": str(min_count)})
+
+
+class World:
+    def __init__(self) -> None:
+        self.mirror = ClusterMirror()
+        self.ungated: list[list[str]] = []
+        self.ledger = GangLedger(self.mirror, clock=FakeClock(),
+                                 on_ungate=lambda pods: self.ungated.append(sorted(p.name for p in pods)))
+        self.mirror.upsert_node(node("n1"))
+
+
+def test_the_record_knows_where_the_gate_is() -> None:
+    assert pod_record(gated(pod("a"), "other/gate")).quorum_gate == 1
+    assert pod_record(gated(pod("a"))).quorum_gated
+    assert not pod_record(pod("a")).quorum_gated
+    other = pod("a")
+    other["spec"]["schedulingGates"] = [{"name": "other/gate"}, "not a gate", None]
+    assert pod_record(other).quorum_gate == -1
+    bound = gated(pod("a", node="n1"))  # a bound pod has no gate to lift (the API server forbids both)
+    assert not pod_record(bound).quorum_gated
+
+
+def test_members_wait_until_the_quorum_exists_then_go_together() -> None:
+    w = World()
+    for i in range(2):
+        w.mirror.upsert_pod(gated(annotated(f"a-{i}", "a", 3)))
+    assert w.ungated == [] and len(w.ledger.quorum_gated_due()) == 0
+    w.mirror.upsert_pod(gated(annotated("a-2", "a", 3)))
+    assert w.ungated == [["a-0", "a-1", "a-2"]]
+
+
+def test_a_member_not_gated_completing_the_quorum_lets_the_gated_ones_through() -> None:
+    w = World()
+    w.mirror.upsert_pod(gated(annotated("a-0", "a", 2)))
+    w.mirror.upsert_pod(annotated("a-1", "a", 2))  # created before the policy was installed
+    assert w.ungated == [["a-0"]]
+
+
+def test_a_group_object_that_comes_after_its_pods_is_caught_by_the_walk() -> None:
+    w = World()
+    pods = [w.mirror.upsert_pod(gated(pod(f"g-{i}", pod_group="g"))) for i in range(2)]
+    assert w.ungated == [] and w.ledger.quorum_gated_due() == []  # no PodGroup yet: the group is missing
+    w.mirror.upsert_group(GroupKind.COSCHEDULING, coscheduling_podgroup("g", 2))
+    assert sorted(p.uid for p in w.ledger.quorum_gated_due()) == sorted(p.uid for p in pods)
+
+
+def test_below_the_group_minimum_nothing_goes() -> None:
+    w = World()
+    w.mirror.upsert_group(GroupKind.COSCHEDULING, coscheduling_podgroup("g", 3))
+    for i in range(2):
+        w.mirror.upsert_pod(gated(pod(f"g-{i}", pod_group="g")))
+    assert w.ungated == [] and w.ledger.quorum_gated_due() == []
+
+
+def test_a_pod_of_no_gang_goes_at_once_and_a_lifted_gate_is_forgotten() -> None:
+    w = World()
+    lone = w.mirror.upsert_pod(gated(pod("lone")))
+    assert [p.name for p in w.ledger.quorum_gated_due()] == ["lone"]
+    w.mirror.upsert_pod({**pod("lone", uid=lone.uid)})  # the watch shows it without the gate
+    assert w.ledger.quorum_gated_due() == []
+
+
+def test_a_member_gone_before_the_quorum_leaves_the_rest_gated() -> None:
+    w = World()
+    first = w.mirror.upsert_pod(gated(annotated("a-0", "a", 2)))
+    w.mirror.delete_pod(first.uid)
+    w.mirror.upsert_pod(gated(annotated("a-1", "a", 2)))
+    assert w.ungated == [] and w.ledger.quorum_gated_due() == []
+
+
+class Removals:
+    def __init__(self, fail: set[str] | None = None) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.fail = fail or set()
+        self.release = threading.Event()
+        self.release.set()
+
+    def __call__(self, pod: PodRecord) -> None:
+        self.release.wait(5)
+        self.calls.append((pod.name, pod.quorum_gate))
+        if pod.name in self.fail:
+            raise RuntimeError("422: the test operation failed")
+
+
+def wait_until(condition: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.002)
+
+
+def test_the_ungater_writes_each_pod_once_at_a_time_and_again_after_a_failure() -> None:
+    removals = Removals(fail={"b"})
+    removals.release.clear()
+    ungater = PodUngater(removals, workers=2)
+    try:
+        a, b = pod_record(gated(pod("a"))), pod_record(gated(pod("b"), "x"))
+        ungater.ungate([a, b])
+        ungater.ungate([a, b])  # still queued or being written: not again
+        removals.release.set()
+        wait_until(lambda: ungater.sent + ungater.failed == 2)
+        assert sorted(removals.calls) == [("a", 0), ("b", 1)] and ungater.failed == 1
+        ungater.ungate([b])  # the walk finds it still gated
+        wait_until(lambda: ungater.failed == 2)
+        ungater.ungate([pod_record(pod("c"))])  # not gated: nothing to write
+        assert sorted(removals.calls) == [("a", 0), ("b", 1), ("b", 1)]
+    finally:
+        ungater.close()
+    assert not ungater.alive  # every one of its writers stopped
+
+
+def test_a_gated_pod_the_mirror_cannot_read_is_let_through_to_be_told_why() -> None:
+    w = World()
+    broken = pod("broken", annotations={"gang-extender.io/group": "g"})  # no min-count: a malformed gang link
+    gated(broken)
+    try:
+        w.mirror.upsert_pod(broken)
+        raise AssertionError("a malformed pod was read")
+    except ValueError:
+        pass
+    assert [p.name for p in w.ledger.quorum_gated_due()] == ["broken"]
+    w.mirror.replace_pods([broken])  # a relist keeps it too (counted as rejected)
+    assert [p.name for p in w.ledger.quorum_gated_due()] == ["broken"] and w.mirror.rejected_objects == 1
+    ungated = {**broken, "spec": {k: v for k, v in broken["spec"].items() if k != "schedulingGates"}}
+    try:
+        w.mirror.upsert_pod(ungated)
+    except ValueError:
+        pass
+    assert w.ledger.quorum_gated_due() == [] and w.mirror.pod("default", "broken") is None
