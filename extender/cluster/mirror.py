@@ -99,7 +99,11 @@ class ClusterMirror:
         self._awaited: dict[str, threading.Event] = {}  # uid -> set when that pod is upserted (``wait_for_pod``)
         self._members: dict[GangKey, set[str]] = {}
         self._tried: dict[str, GangKey] = {}  # unbound gang members kube-scheduler found no node for
-        self._gated: dict[str, GangKey | None] = {}  # uid -> gang of the live pods carrying the quorum gate
+        # The live pods carrying the quorum gate, less those whose gate this extender has removed (``gate_removed``)
+        # while the watch does not show it yet: uid -> gang, and each gang's
+        self._gated: dict[str, GangKey | None] = {}
+        self._gated_members: dict[GangKey, set[str]] = {}
+        self._gates_removed: set[str] = set()
         self._unreadable: set[str] = set()  # uids of pods kept only as ``unreadable_gated_record``
         self._groups = GroupIndex()  # group objects, the gang policies they define, their changes
         self._reservations = ReservedCapacity(self._touch)  # what gangs hold for members to come
@@ -192,10 +196,14 @@ class ClusterMirror:
                 self._free_cpu[node] -= sign * pod.requests.get(CPU, 0)
             self._touch(node)
         if pod.quorum_gated and not pod.terminal:
-            if sign > 0:
+            if sign < 0:
+                self._forget_gate(pod.uid)
+            elif pod.uid not in self._gates_removed:  # an event older than the removal: not gated any more
                 self._gated[pod.uid] = pod.gang
-            else:
-                self._gated.pop(pod.uid, None)
+                if pod.gang is not None:
+                    self._gated_members.setdefault(pod.gang, set()).add(pod.uid)
+        elif sign > 0 and self._gates_removed:
+            self._gates_removed.discard(pod.uid)  # the watch shows the gate gone
         if pod.gang is not None and not pod.terminal:
             members = self._members.setdefault(pod.gang, set())
             if pod.unschedulable and sign > 0:
@@ -264,6 +272,7 @@ class ClusterMirror:
     def delete_pod(self, uid: str) -> None:
         with self.lock:
             self._unreadable.discard(uid)
+            self._gates_removed.discard(uid)
             old = self._pods.pop(uid, None)
             if old is None:
                 return
@@ -329,14 +338,37 @@ class ClusterMirror:
         with self.lock:
             return set(self._tried.values())
 
+    def _forget_gate(self, uid: str) -> None:
+        gang = self._gated.pop(uid, None)
+        if gang is not None:
+            members = self._gated_members.get(gang)
+            if members is not None:
+                members.discard(uid)
+                if not members:
+                    del self._gated_members[gang]
+
     def quorum_gated(self) -> list[PodRecord]:
-        """The live pods carrying the quorum gate (``model.cluster.QUORUM_GATE``), gang members or not."""
+        """The live pods carrying the quorum gate (``model.cluster.QUORUM_GATE``), gang members or not, but for
+        those whose gate was removed (``gate_removed``)."""
         with self.lock:
             return [self._pods[uid] for uid in self._gated]
 
     def has_quorum_gated(self, gang: GangKey) -> bool:
-        """Whether a live member of ``gang`` carries the quorum gate (call under the lock: it walks the members)."""
-        return any(self._pods[uid].quorum_gated for uid in self._members.get(gang, ()))
+        """Whether a live member of ``gang`` carries the quorum gate (``quorum_gated``)."""
+        return gang in self._gated_members
+
+    def quorum_gated_members(self, gang: GangKey) -> list[PodRecord]:
+        """The live members of ``gang`` carrying the quorum gate (``quorum_gated``)."""
+        with self.lock:
+            return [self._pods[uid] for uid in self._gated_members.get(gang, ())]
+
+    def gate_removed(self, uid: str) -> None:
+        """The quorum gate of pod ``uid`` was removed: not gated from now, whatever older watch events still say
+        (until one shows it without the gate, or it is deleted)."""
+        with self.lock:
+            if uid in self._pods:
+                self._gates_removed.add(uid)
+                self._forget_gate(uid)
 
     def running_pods(self) -> list[PodRecord]:
         """Pods bound or assumed to a node and not terminal (preemption's candidates)."""

@@ -58,15 +58,15 @@ class Admission:
         count = self.mirror.member_count(gang) + (0 if self.mirror.is_member(gang, pod.uid) else 1)
         return quorum(gang, policy is not None, policy, count)
 
-    def ungated(self, gang: GangKey) -> list[PodRecord]:
-        """The members of ``gang`` carrying the quorum gate that may go to kube-scheduler now: all of them once
-        the gang passes the quorum gate (its group is defined and ``min_count`` members exist), none before."""
-        members = self.mirror.members(gang)
-        gated = [p for p in members if p.quorum_gated]
-        if not gated:
-            return []
+    def ungated(self, gang: GangKey) -> tuple[list[PodRecord], Verdict]:
+        """The members of ``gang`` carrying the quorum gate that may go to kube-scheduler now, with the quorum
+        gate's verdict: all of them once the gang passes it (its group is defined and ``min_count`` members
+        exist), none before. Costs nothing for a gang with no gated member."""
+        if not self.mirror.has_quorum_gated(gang):
+            return [], PASS
         exists, policy = self.mirror.gang_policy(gang)
-        return gated if quorum(gang, exists, policy, len(members)).passes else []
+        verdict = quorum(gang, exists, policy, self.mirror.member_count(gang))
+        return (self.mirror.quorum_gated_members(gang) if verdict.passes else []), verdict
 
     def members(self, gang: GangKey, pod: PodRecord | None) -> list[PodRecord]:
         """The gang's members; ``pod``, the member being filtered, too, even if the mirror has not seen it."""

@@ -164,19 +164,21 @@ class GangLedger:
             if self.waitlist.take_unseen(pod.uid):
                 self._apply([Wake([pod])])
             gang = pod.gang
-            if gang is None:
+            if gang is None or not self.mirror.has_quorum_gated(gang):
                 return
-            short = pod.link_policy is not None and self.mirror.member_count(gang) < pod.link_policy.min_count
-            if not short and self.mirror.has_quorum_gated(gang):  # ``short``: no walk per member as they come
-                ungated = self.admission.ungated(gang)
-                if ungated:
-                    self._apply([Ungate(ungated)])
+            if pod.link_policy is not None and self.mirror.member_count(gang) < pod.link_policy.min_count:
+                return  # short of its own minCount: not worth reading an annotation gang's policy from every member
+            ungated, _ = self.admission.ungated(gang)
+            if ungated:
+                self._apply([Ungate(ungated)])
 
     def quorum_gated_due(self) -> list[PodRecord]:
         """The pods carrying the quorum gate that may go to kube-scheduler now: a gang member once its gang has
         its quorum, a pod of no gang at once. ``member_added`` asks for a gang's as its members come; this is
         the walk that catches the rest (a group object that came after its pods, a new leader, a pod of no
-        gang, a removal that failed), every second or so (``wiring``)."""
+        gang, a removal that failed), every second or so (``wiring``). A gang still short of its quorum is
+        told, as a filter would tell it (a ``GangWaiting`` Event and its group's status, both deduplicated):
+        kube-scheduler never tries its gated members, so no filter comes to say it."""
         with self.lock:
             due: list[PodRecord] = []
             gangs: set[GangKey] = set()
@@ -185,8 +187,20 @@ class GangLedger:
                     due.append(pod)
                 elif pod.gang not in gangs:
                     gangs.add(pod.gang)
-                    due += self.admission.ungated(pod.gang)
+                    ungated, verdict = self.admission.ungated(pod.gang)
+                    due += ungated
+                    if not verdict.passes:
+                        self._tell_waiting(pod, pod.gang, verdict)
             return due
+
+    def _tell_waiting(self, pod: PodRecord, gang: GangKey, verdict: Verdict) -> None:
+        record = self.registry.get(gang)
+        if record is not None:
+            record.last_message = verdict.message
+        else:
+            self.waitlist.remember(gang, verdict.message)
+        self._apply([Tell([pod], "Normal", "GangWaiting", verdict.message),
+                     Publish(gang, GangStatus(GangPhase.WAITING, verdict.message))])
 
     # ------------------------------------------------------------------------------ filter
     def filter_gate(self, facts: PodFacts, known: PodRecord | None, linked: bool, names: list[str],
@@ -254,13 +268,7 @@ class GangLedger:
             return
         with self.lock:
             self.waitlist.reject(pod, gang)
-            record = self.registry.get(gang)
-            if record is not None:
-                record.last_message = verdict.message
-            else:
-                self.waitlist.remember(gang, verdict.message)
-            self._apply([Tell([pod], "Normal", "GangWaiting", verdict.message),
-                         Publish(gang, GangStatus(GangPhase.WAITING, verdict.message))])
+            self._tell_waiting(pod, gang, verdict)
 
     # ---------------------------------------------------------------------------- admission
     def admit(self, gang: GangKey, policy: GangPolicy, pod: PodRecord | None = None) -> Verdict:

@@ -149,6 +149,7 @@ def _writer_metrics(rt: Runtime) -> Iterator[Metric]:
         ungates.add_metric(["sent"], rt.ungater.sent)
         ungates.add_metric(["dropped"], rt.ungater.dropped)
         ungates.add_metric(["failed"], rt.ungater.failed)
+        ungates.add_metric(["skipped"], rt.ungater.skipped)  # not leading: nothing written
         yield ungates
     if rt.status is not None:
         writes = CounterMetricFamily("gang_extender_group_status_writes",

@@ -45,6 +45,7 @@ class BackgroundWriter(Generic[Item]):
         self.sent = 0
         self.dropped = 0
         self.failed = 0
+        self.skipped = 0  # taken from the queue, nothing written (``_write`` returned False)
         self._threads = [threading.Thread(target=self._drain, name=name, daemon=True) for _ in range(workers)]
         for thread in self._threads:
             thread.start()
@@ -58,7 +59,8 @@ class BackgroundWriter(Generic[Item]):
             return False
         return True
 
-    def _write(self, item: Item) -> None:
+    def _write(self, item: Item) -> bool | None:
+        """Write ``item``; False when nothing was written (not counted as sent)."""
         raise NotImplementedError
 
     def _failed(self, item: Item, exc: Exception) -> None:
@@ -82,9 +84,10 @@ class BackgroundWriter(Generic[Item]):
             if item is None:
                 return
             try:
-                self._write(item)
+                written = self._write(item) is not False
                 with self._count_lock:
-                    self.sent += 1
+                    self.sent += written
+                    self.skipped += not written
             except Exception as exc:  # best effort: count, log, carry on
                 with self._count_lock:
                     self.failed += 1
@@ -183,12 +186,14 @@ class PodWaker(BackgroundWriter[tuple[str, str]]):
 class PodUngater(BackgroundWriter[PodRecord]):
     """Removes the quorum gate (``model.cluster.QUORUM_GATE``) from pods whose gang has its quorum, so that
     kube-scheduler tries them: a few writers at once (a gang's members go together), each pod queued once
-    at a time; a removal that failed (the pod changed, the API server refused) is tried again when the
+    at a time. ``remove`` returns whether it removed the gate (False: not leading, nothing written); each
+    removal is reported to ``removed`` (the mirror then stops counting the pod as gated before the watch
+    shows it). A removal that failed (the pod changed, the API server refused) is tried again when the
     ledger's walk finds the pod still gated."""
 
-    def __init__(self, remove: Callable[[PodRecord], None], *, workers: int = 4, per_second: float = 1000.0,
-                 capacity: int = 10000) -> None:
-        self._remove = remove
+    def __init__(self, remove: Callable[[PodRecord], bool], removed: Callable[[str], None] = lambda uid: None, *,
+                 workers: int = 4, per_second: float = 1000.0, capacity: int = 10000) -> None:
+        self._remove, self._removed = remove, removed
         self._pending: set[str] = set()
         self._lock = threading.Lock()
         super().__init__("ungater", per_second=per_second, capacity=capacity, workers=workers)
@@ -199,9 +204,12 @@ class PodUngater(BackgroundWriter[PodRecord]):
                 if pod.quorum_gated and pod.uid not in self._pending and self._offer(pod):
                     self._pending.add(pod.uid)
 
-    def _write(self, item: PodRecord) -> None:
+    def _write(self, item: PodRecord) -> bool:
         try:
-            self._remove(item)
+            if not self._remove(item):
+                return False  # not leading
+            self._removed(item.uid)
+            return True
         finally:
             with self._lock:
                 self._pending.discard(item.uid)

@@ -9,6 +9,7 @@ or hold state after it returns (the ``Runtime`` and the threads it starts hold i
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -70,13 +71,13 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
             release_log: ReleaseLog | None = None, journal: ReleaseJournal | None = None,
             may_act: Callable[[], bool] = lambda: True, levels: TopologyLevels | None = None,
             evictions: EvictionApi | None = None, time_left: Callable[[], float] = lambda: math.inf,
-            remove_gate: Callable[[PodRecord], None] = lambda pod: None) -> Runtime:
+            remove_gate: Callable[[PodRecord], bool] = lambda pod: False) -> Runtime:
     """The mirror, cache, ledger, engine and writers of one extender, wired together (nothing started).
 
     ``levels`` gives each gang's preferred-fallback level order (default: ``--topology-levels`` only);
     ``evictions``: the Eviction API (None: no evictor, nothing is ever evicted); ``time_left``: for how
     many more seconds this replica leads (each Binding is cut to it); ``remove_gate``: removes the quorum gate
-    from a pod."""
+    from a pod (False: not leading, nothing written)."""
     levels = levels or TopologyLevels(config.topology_levels(settings))
     mirror = ClusterMirror()
     cache = FilterCache(settings.cache_size, settings.cache_ttl_seconds)
@@ -85,7 +86,7 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
     evictor = None if evictions is None else KubeEvictor(evictions, events, settings.max_evictions_per_minute,
                                                          may_act=may_act)
     waker = PodWaker(patch)
-    ungater = PodUngater(remove_gate)
+    ungater = PodUngater(remove_gate, mirror.gate_removed)
     status = None
     if apply_status is not None and settings.group_status == "on":
         status = StatusWriter(status_writer(mirror, apply_status))
@@ -156,8 +157,7 @@ def from_api(settings: Settings) -> Runtime:
     runtime = compose(settings, "api", lambda _m: KubeBinder(kube), _if(leading, kube.create_event),
                       _if(leading, kube.annotate_pod), _if(leading, apply_status), intents or journal, journal,
                       leading, levels, kube, elector.time_left if elector is not None else lambda: math.inf,
-                      _if(leading, lambda pod: kube.remove_scheduling_gate(pod.namespace, pod.name, pod.uid,
-                                                                           QUORUM_GATE, pod.quorum_gate)))
+                      functools.partial(_remove_quorum_gate, kube, leading))
     if elector is not None and intents is not None:
         runtime.leadership = Leadership(settings.lease_duration_seconds, runtime.ledger.view, runtime.mirror,
                                         runtime.engine.let_through)
@@ -289,6 +289,14 @@ def _if(allowed: Callable[[], bool], write: Callable[..., None]) -> Callable[...
         if allowed():
             write(*args)
     return gated
+
+
+def _remove_quorum_gate(kube: KubeClient, leading: Callable[[], bool], pod: PodRecord) -> bool:
+    """Remove the quorum gate from ``pod`` if this replica leads; whether it did."""
+    if not leading():
+        return False
+    kube.remove_scheduling_gate(pod.namespace, pod.name, pod.uid, QUORUM_GATE, pod.quorum_gate)
+    return True
 
 
 def build(settings: Settings) -> Runtime:

@@ -105,10 +105,13 @@ class Runtime:
             try:
                 self.engine.sweep()
                 self.answer_held_if_stale()
-                if self.ungater is not None:
-                    self.ungater.ungate(self.ledger.quorum_gated_due())
             except Exception:  # the sweeper must survive anything; the next tick retries
                 log.exception("gang sweep failed")
+            try:
+                if self.ungater is not None:
+                    self.ungater.ungate(self.ledger.quorum_gated_due())
+            except Exception:  # nor keep the gates from being removed
+                log.exception("quorum gate walk failed")
 
     def stale_problem(self, now: float | None = None) -> str:
         """Why the mirror cannot be trusted now: a core watch (nodes, pods) failing for longer than

@@ -4,7 +4,8 @@ The chart's MutatingAdmissionPolicy (values ``gang.quorumGate``, rendered by the
 scheduler name these tests' kube-scheduler serves) sets the scheduling gate ``gang-extender.io/quorum`` on
 each pod created for it; gang-extender removes it once the pod's gang has its quorum, and at once from a pod
 of no gang. Until then kube-scheduler never tries the pod: no filter request reaches the extender, no
-``FailedScheduling`` Event, no back-off; then the gang goes through filter and the barrier whole.
+``FailedScheduling`` Event, no back-off; then the gang goes through filter and the barrier whole. The extender
+runs as its own identity, under the shipped RBAC and pod-writes admission policy.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import helmchart
 import pytest
 import yaml
 from controlplane import ControlPlane, wait_for
+from identities import extender_kubeconfig, install, wait_until_in_force
 from support import (
     Extender,
     Sampler,
@@ -32,6 +34,7 @@ from support import (
     scheduling_with_extender,
 )
 
+from extender.kube.client import KubeClient
 from extender.model.cluster import QUORUM_GATE
 
 pytestmark = pytest.mark.e2e
@@ -58,17 +61,30 @@ def gates(obj: dict[str, Any]) -> list[str]:
 @pytest.fixture(scope="module")
 def cluster(control_plane_137: ControlPlane, helm_bin: Path, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[dict[str, Any]]:
-    cp = control_plane_137
+    """The mutating policy in force, and the extender running as its own identity (manifests/rbac: RBAC and the
+    pod-writes policy, in force too), so that its removals pass exactly what a cluster would enforce."""
+    cp = install(control_plane_137)
     cp.create_namespace("quorum-gate-probe")
     create(cp, *policy_objects(helm_bin))
     probe = pod("quorum-gate-probe", "probe", {"containers": [{"name": "main", "image": "pause"}]})
 
-    def in_force() -> bool:
+    def gated_at_creation() -> bool:
         made = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(probe))
         return QUORUM_GATE in gates(json.loads(made.stdout))
 
-    wait_for(in_force, timeout=30, what="the quorum-gate MutatingAdmissionPolicy to be in force")
-    with scheduling_with_extender(cp, tmp_path_factory.mktemp("extender-quorum-gate")) as ext:
+    wait_for(gated_at_creation, timeout=30, what="the quorum-gate MutatingAdmissionPolicy to be in force")
+    workdir = tmp_path_factory.mktemp("extender-quorum-gate")
+    kubeconfig = extender_kubeconfig(cp, "second-scheduler", workdir)
+    cp.request("POST", "/api/v1/namespaces/quorum-gate-probe/pods", probe)
+    kube = KubeClient(kubeconfig)
+    try:
+        wait_until_in_force("gang-extender-pod-writes", lambda: kube.request(
+            "PATCH", "/api/v1/namespaces/quorum-gate-probe/pods/probe", {"dryRun": "All"},
+            body={"metadata": {"labels": {"app": "probe"}}}, content_type="application/merge-patch+json"),
+            lambda error: error.status == 403 and "gang-extender-pod-writes" in str(error))
+    finally:
+        kube.close()
+    with scheduling_with_extender(cp, workdir, kubeconfig=kubeconfig) as ext:
         yield {"cp": cp, "ext": ext}
 
 
@@ -116,6 +132,9 @@ def test_early_members_wait_gated_with_no_attempt_then_bind_whole(cluster: dict[
             early = get(cp, ns, f"train-{i}")
             assert gates(early) == [QUORUM_GATE] and not early["spec"].get("nodeName"), early
         assert "lone" in filtered(ext, ns) and not filtered(ext, ns) & {"train-0", "train-1"}
+        # No filter comes to say why they wait: the extender says it (as a filter would have).
+        wait_for(lambda: any("2/3 pods exist" in e["message"] for e in events(cp, ns, "GangWaiting")), timeout=30,
+                 what="a GangWaiting Event saying 2/3 pods exist")
         create(cp, members[2])
         placed = all_bound(cp, ns, "train-", 3, nodes)
     assert sampler.partial("train-", 3) == []

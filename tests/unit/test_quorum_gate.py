@@ -11,13 +11,15 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from extender.cluster.mirror import ClusterMirror
 from extender.cluster.records import pod_record
 from extender.gangs.ledger import GangLedger
 from extender.kube.events import PodUngater
 from extender.model.cluster import QUORUM_GATE, PodRecord
 from extender.model.gang import GroupKind
-from tests.builders import FakeClock, coscheduling_podgroup, node, pod
+from tests.builders import EventLog, FakeClock, coscheduling_podgroup, node, pod
 
 
 def gated(raw: dict[str, Any], *others: str) -> dict[str, Any]:
@@ -34,7 +36,8 @@ class World:
     def __init__(self) -> None:
         self.mirror = ClusterMirror()
         self.ungated: list[list[str]] = []
-        self.ledger = GangLedger(self.mirror, clock=FakeClock(),
+        self.events = EventLog()
+        self.ledger = GangLedger(self.mirror, clock=FakeClock(), on_event=self.events,
                                  on_ungate=lambda pods: self.ungated.append(sorted(p.name for p in pods)))
         self.mirror.upsert_node(node("n1"))
 
@@ -105,11 +108,12 @@ class Removals:
         self.release = threading.Event()
         self.release.set()
 
-    def __call__(self, pod: PodRecord) -> None:
+    def __call__(self, pod: PodRecord) -> bool:
         self.release.wait(5)
         self.calls.append((pod.name, pod.quorum_gate))
         if pod.name in self.fail:
             raise RuntimeError("422: the test operation failed")
+        return not pod.name.startswith("follower")
 
 
 def wait_until(condition: Any, timeout: float = 5.0) -> None:
@@ -122,7 +126,8 @@ def wait_until(condition: Any, timeout: float = 5.0) -> None:
 def test_the_ungater_writes_each_pod_once_at_a_time_and_again_after_a_failure() -> None:
     removals = Removals(fail={"b"})
     removals.release.clear()
-    ungater = PodUngater(removals, workers=2)
+    removed: list[str] = []
+    ungater = PodUngater(removals, removed.append, workers=2)
     try:
         a, b = pod_record(gated(pod("a"))), pod_record(gated(pod("b"), "x"))
         ungater.ungate([a, b])
@@ -130,30 +135,55 @@ def test_the_ungater_writes_each_pod_once_at_a_time_and_again_after_a_failure() 
         removals.release.set()
         wait_until(lambda: ungater.sent + ungater.failed == 2)
         assert sorted(removals.calls) == [("a", 0), ("b", 1)] and ungater.failed == 1
+        assert removed == [a.uid]  # told only of what it removed
         ungater.ungate([b])  # the walk finds it still gated
         wait_until(lambda: ungater.failed == 2)
         ungater.ungate([pod_record(pod("c"))])  # not gated: nothing to write
-        assert sorted(removals.calls) == [("a", 0), ("b", 1), ("b", 1)]
+        follower = pod_record(gated(pod("follower-d")))
+        ungater.ungate([follower])  # a replica that does not lead writes nothing and says so
+        wait_until(lambda: ungater.skipped == 1)
+        assert ungater.sent == 1 and removed == [a.uid]
+        assert sorted(removals.calls) == [("a", 0), ("b", 1), ("b", 1), ("follower-d", 0)]
     finally:
         ungater.close()
     assert not ungater.alive  # every one of its writers stopped
+
+
+def test_a_removed_gate_is_not_removed_again_before_the_watch_shows_it() -> None:
+    w = World()
+    raw = [gated(annotated(f"a-{i}", "a", 2)) for i in range(3)]
+    first, second = (w.mirror.upsert_pod(r) for r in raw[:2])
+    assert w.ungated == [["a-0", "a-1"]]
+    w.mirror.gate_removed(first.uid)
+    w.mirror.gate_removed(second.uid)
+    w.mirror.upsert_pod({**raw[0], "spec": {**raw[0]["spec"], "priority": 5}})  # an older event, still gated
+    w.mirror.upsert_pod(raw[2])  # a member beyond minCount: only itself to let through
+    assert w.ungated == [["a-0", "a-1"], ["a-2"]]
+    assert [p.name for p in w.ledger.quorum_gated_due()] == ["a-2"]
+    w.mirror.upsert_pod({**raw[0], "spec": {**raw[0]["spec"], "schedulingGates": []}})  # the watch catches up
+    w.mirror.upsert_pod({**raw[0], "spec": {**raw[0]["spec"], "schedulingGates": [{"name": QUORUM_GATE}]}})
+    assert {p.name for p in w.ledger.quorum_gated_due()} == {"a-0", "a-2"}  # (the API server would refuse this)
+
+
+def test_a_gang_short_of_its_quorum_is_told_why_with_no_filter_to_tell_it() -> None:
+    w = World()
+    w.mirror.upsert_group(GroupKind.COSCHEDULING, coscheduling_podgroup("g", 3))
+    w.mirror.upsert_pod(gated(pod("g-0", pod_group="g")))
+    assert w.ledger.quorum_gated_due() == []
+    (told,) = w.events.of("GangWaiting")
+    assert told[0] == ("g-0",) and "1/3 pods exist" in told[3], told
 
 
 def test_a_gated_pod_the_mirror_cannot_read_is_let_through_to_be_told_why() -> None:
     w = World()
     broken = pod("broken", annotations={"gang-extender.io/group": "g"})  # no min-count: a malformed gang link
     gated(broken)
-    try:
+    with pytest.raises(ValueError, match="min-count"):
         w.mirror.upsert_pod(broken)
-        raise AssertionError("a malformed pod was read")
-    except ValueError:
-        pass
     assert [p.name for p in w.ledger.quorum_gated_due()] == ["broken"]
     w.mirror.replace_pods([broken])  # a relist keeps it too (counted as rejected)
     assert [p.name for p in w.ledger.quorum_gated_due()] == ["broken"] and w.mirror.rejected_objects == 1
     ungated = {**broken, "spec": {k: v for k, v in broken["spec"].items() if k != "schedulingGates"}}
-    try:
+    with pytest.raises(ValueError, match="min-count"):
         w.mirror.upsert_pod(ungated)
-    except ValueError:
-        pass
     assert w.ledger.quorum_gated_due() == [] and w.mirror.pod("default", "broken") is None
