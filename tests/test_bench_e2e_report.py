@@ -94,6 +94,8 @@ def test_scheduler_and_extender_metrics_are_differenced_between_scrapes() -> Non
                             'gang_extender_events_total{outcome="sent"} 7\n'
                             'gang_extender_pod_wakes_total{outcome="dropped"} 9\n'
                             'gang_extender_pod_wakes_total{outcome="sent"} 2\n'
+                            'gang_extender_quorum_gates_removed_total{outcome="sent"} 6\n'
+                            'gang_extender_quorum_gates_removed_total{outcome="skipped"} 5\n'
                             'gang_extender_group_status_writes_total{outcome="written"} 1\n'
                             'gang_extender_group_status_writes_total{outcome="dropped"} 8\n')
     counts = e2e_meters.scheduler_counts(before, after)
@@ -101,7 +103,8 @@ def test_scheduler_and_extender_metrics_are_differenced_between_scrapes() -> Non
     assert counts["moves active"] == 20 and counts["moves unschedulable"] == 4 and counts["moves backoff"] == 2
     assert counts["moves gated"] == 3
     assert counts["sli ms"] == 25.0
-    assert e2e_meters.extender_writes(before, after) == {"Events": 4, "pod wakes": 2, "group status": 1}
+    assert e2e_meters.extender_writes(before, after) == {"Events": 4, "pod wakes": 2, "quorum gates removed": 6,
+                                                         "group status": 1}
 
 
 def test_gang_milestones_come_from_the_recording_on_the_driver_clock(tmp_path: Path) -> None:
