@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gang_trace
 import pinning
 import workloads as wl
-from controlplane import DEFAULT_RUNTIME_CONFIG, DEFAULT_SCHEDULER_CONFIG, ControlPlane, find_bin_dir, tail
+from controlplane import DEFAULT_SCHEDULER_CONFIG, ControlPlane, find_bin_dir, tail
 from e2e_meters import (
     CpuMeter,
     extender_ms,
@@ -79,7 +79,7 @@ from noop_extender import NoopExtender
 
 CONFIGS = ("ceiling", "noop-extender", "gang-extender", "in-tree")
 STALL_SECONDS = 60.0
-PSEUDO_FLAGS = ("prioritize", "bind-only", "quorum-gate")
+PSEUDO_FLAGS = ("prioritize", "bind-only")
 PACED_RATE = 96.0  # pods/s: half of the do-nothing extender's arrival throughput here (docs/performance.md)
 
 
@@ -227,13 +227,8 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
     label = config + (f" ({' '.join(extender_args)})" if extender_args and config == "gang-extender" else "")
     label += " + prioritize" if "prioritize" in words else ""
     label += ", bind only" if "bind-only" in words else ""
-    label += " + quorum gate" if "quorum-gate" in words else ""
     label += ", pinned" if args.pin else ""
     gates = {"GangScheduling": True} if config == "in-tree" else {}
-    runtime_config = None
-    if "quorum-gate" in words:  # MutatingAdmissionPolicy is beta and off in 1.35
-        gates, runtime_config = {**gates, "MutatingAdmissionPolicy": True}, [
-            *DEFAULT_RUNTIME_CONFIG, "admissionregistration.k8s.io/v1beta1=true"]
     wl.log(f"[{config}] fresh control plane; gates {gates or 'default'}")
     result: dict[str, Any] = {"config": label, "kind": config}
     slug = "".join(c if c.isalnum() or c == "-" else "_" for c in label)
@@ -241,11 +236,8 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
     while (workdir / slug).exists():  # the same configuration twice in a run: a fresh directory each time
         n += 1
         slug = f"{base}-{n}"
-    with ControlPlane(bin_dir, workdir / slug, feature_gates=gates, runtime_config=runtime_config, log=wl.log,
-                      keep=True) as cp:
+    with ControlPlane(bin_dir, workdir / slug, feature_gates=gates, log=wl.log, keep=True) as cp:
         wl.add_pools(cp, args.general_nodes)
-        if "quorum-gate" in words:
-            install_quorum_gate(cp)
         ext = noop = None
         try:
             with pinning.spawning_on(pinning.EXTENDER_CPU if args.pin else None):
@@ -271,38 +263,6 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
             if noop is not None:
                 noop.stop()
     return result
-
-
-def install_quorum_gate(cp: ControlPlane) -> None:
-    """The chart's quorum-gate MutatingAdmissionPolicy (values ``gang.quorumGate``) for the scheduler the benchmark
-    runs, as ``admissionregistration.k8s.io/v1beta1`` (1.35), applied and waited for until a dry-run pod is gated."""
-    import json
-
-    import helmchart
-    import yaml
-
-    from extender.model.cluster import QUORUM_GATE
-
-    out = helmchart.helm(helmchart.find_helm(), "template", helmchart.RELEASE, str(helmchart.CHART),
-                         "--set", "gang.quorumGate=true", "--set", "schedulerName=default-scheduler",
-                         "--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
-                         "--show-only", "templates/quorum-gate.yaml").stdout
-    objects = [{**o, "apiVersion": "admissionregistration.k8s.io/v1beta1"} for o in yaml.safe_load_all(out) if o]
-    cp.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "quorum-gate-probe", "namespace": "default"},
-             "spec": {"containers": [{"name": "main", "image": "pause"}]}}
-
-    def gated() -> bool:
-        made = json.loads(cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                                     input=json.dumps(probe)).stdout)
-        return QUORUM_GATE in [g["name"] for g in made["spec"].get("schedulingGates") or []]
-
-    deadline = time.monotonic() + 60
-    while not gated():
-        if time.monotonic() > deadline:
-            raise RuntimeError("the quorum-gate MutatingAdmissionPolicy did not come into force in 60 s")
-        time.sleep(0.5)
-    wl.log("[quorum-gate] MutatingAdmissionPolicy in force: pods for default-scheduler are created gated")
 
 
 def scheduler_config_for(extender: Any, words: Sequence[str]) -> dict[str, Any]:
