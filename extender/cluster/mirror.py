@@ -366,7 +366,8 @@ class ClusterMirror:
         """The quorum gate of pod ``uid`` was removed: not gated from now, whatever older watch events still say
         (until one shows it without the gate, or it is deleted)."""
         with self.lock:
-            if uid in self._pods:
+            pod = self._pods.get(uid)
+            if pod is not None and pod.quorum_gated:  # else the watch already shows it
                 self._gates_removed.add(uid)
                 self._forget_gate(uid)
 

@@ -101,6 +101,7 @@ class GangLedger:
             eviction_room=eviction_room, problem=preemption_problem)
         self.view = LedgerView(registry, placement, waitlist, admission, queue, preemption_part, settings, clock)
         self._ordering = False  # inside a pass over the gangs ahead: admitting one starts no other pass
+        self._told_gated: dict[GangKey, str] = {}  # gangs short of their quorum, gated: what the walk last told
         mirror.listen(self)  # members bound by another binder, members gone
 
     def adopt(self, state: LedgerState) -> None:
@@ -172,26 +173,32 @@ class GangLedger:
             if ungated:
                 self._apply([Ungate(ungated)])
 
-    def quorum_gated_due(self) -> list[PodRecord]:
-        """The pods carrying the quorum gate that may go to kube-scheduler now: a gang member once its gang has
-        its quorum, a pod of no gang at once. ``member_added`` asks for a gang's as its members come; this is
-        the walk that catches the rest (a group object that came after its pods, a new leader, a pod of no
-        gang, a removal that failed), every second or so (``wiring``). A gang still short of its quorum is
-        told, as a filter would tell it (a ``GangWaiting`` Event and its group's status, both deduplicated):
+    def release_quorum_gated(self) -> None:
+        """Let through the pods carrying the quorum gate that may go to kube-scheduler now (``Ungate``, under
+        the lock, so that a removal being written is not asked for again): a gang member once its gang has its
+        quorum, a pod of no gang at once. ``member_added`` does it for a gang as its members come; this is the
+        walk that catches the rest (a group object that came after its pods, a new leader, a pod of no gang, a
+        removal that failed), every second or so (``wiring``). A gang still short of its quorum is told, as a
+        filter would tell it (a ``GangWaiting`` Event and its group's status), once per change of its message:
         kube-scheduler never tries its gated members, so no filter comes to say it."""
         with self.lock:
             due: list[PodRecord] = []
-            gangs: set[GangKey] = set()
+            told: dict[GangKey, str] = {}
+            seen: set[GangKey] = set()
             for pod in self.mirror.quorum_gated():
                 if pod.gang is None:
                     due.append(pod)
-                elif pod.gang not in gangs:
-                    gangs.add(pod.gang)
+                elif pod.gang not in seen:
+                    seen.add(pod.gang)
                     ungated, verdict = self.admission.ungated(pod.gang)
                     due += ungated
                     if not verdict.passes:
-                        self._tell_waiting(pod, pod.gang, verdict)
-            return due
+                        told[pod.gang] = verdict.message
+                        if self._told_gated.get(pod.gang) != verdict.message:
+                            self._tell_waiting(pod, pod.gang, verdict)
+            self._told_gated = told
+            if due:
+                self._apply([Ungate(due)])
 
     def _tell_waiting(self, pod: PodRecord, gang: GangKey, verdict: Verdict) -> None:
         record = self.registry.get(gang)

@@ -100,7 +100,7 @@ class Runtime:
     def _tick(self) -> None:
         """Expire overdue gangs and end back-offs even when no request arrives; answer every held bind
         while the view of the cluster is stale; remove the quorum gate from the pods that may go to
-        kube-scheduler now (``GangLedger.quorum_gated_due``: what no member's arrival decided)."""
+        kube-scheduler now (``GangLedger.release_quorum_gated``: what no member's arrival decided)."""
         while not self.stop_event.wait(SWEEP_INTERVAL_SECONDS):
             try:
                 self.engine.sweep()
@@ -108,8 +108,7 @@ class Runtime:
             except Exception:  # the sweeper must survive anything; the next tick retries
                 log.exception("gang sweep failed")
             try:
-                if self.ungater is not None:
-                    self.ungater.ungate(self.ledger.quorum_gated_due())
+                self.ledger.release_quorum_gated()
             except Exception:  # nor keep the gates from being removed
                 log.exception("quorum gate walk failed")
 

@@ -73,6 +73,12 @@ def cluster(control_plane_137: ControlPlane, helm_bin: Path, tmp_path_factory: p
         return QUORUM_GATE in gates(json.loads(made.stdout))
 
     wait_for(gated_at_creation, timeout=30, what="the quorum-gate MutatingAdmissionPolicy to be in force")
+    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                  "seccompProfile": {"type": "RuntimeDefault"}}  # that namespace enforces PodSecurity restricted
+    own = {**probe, "metadata": {**probe["metadata"], "namespace": helmchart.NAMESPACE},
+           "spec": {"containers": [{"name": "main", "image": "pause", "securityContext": restricted}]}}
+    made = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(own))
+    assert gates(json.loads(made.stdout)) == [], "a pod of the release's own namespace was gated"
     workdir = tmp_path_factory.mktemp("extender-quorum-gate")
     kubeconfig = extender_kubeconfig(cp, "second-scheduler", workdir)
     cp.request("POST", "/api/v1/namespaces/quorum-gate-probe/pods", probe)
@@ -141,6 +147,9 @@ def test_early_members_wait_gated_with_no_attempt_then_bind_whole(cluster: dict[
     assert all(gates(get(cp, ns, name)) == [] for name in placed)
     tried = {e["involvedObject"]["name"] for e in events(cp, ns, "FailedScheduling")}
     assert not tried & set(placed), f"members tried before their quorum: {sorted(tried)}"
+    removed = {k: v for k, v in ext.metrics().items() if k.startswith("gang_extender_quorum_gates_removed_total")}
+    assert removed['gang_extender_quorum_gates_removed_total{outcome="sent"}'] >= 4, removed  # lone + 3 members
+    assert removed['gang_extender_quorum_gates_removed_total{outcome="failed"}'] == 0, removed  # none sent twice
 
 
 def test_other_gates_stay_and_a_group_object_after_its_pods_releases_them(cluster: dict[str, Any]) -> None:

@@ -39,7 +39,15 @@ class World:
         self.events = EventLog()
         self.ledger = GangLedger(self.mirror, clock=FakeClock(), on_event=self.events,
                                  on_ungate=lambda pods: self.ungated.append(sorted(p.name for p in pods)))
+        self.statuses: list[tuple[str, str]] = []
+        self.ledger.registry.on_status = lambda gang, status: self.statuses.append((gang.group.name, status.message))
         self.mirror.upsert_node(node("n1"))
+
+    def walk(self) -> list[str]:
+        """The names the tick's walk lets through now."""
+        before = len(self.ungated)
+        self.ledger.release_quorum_gated()
+        return sorted(name for batch in self.ungated[before:] for name in batch)
 
 
 def test_the_record_knows_where_the_gate_is() -> None:
@@ -57,7 +65,7 @@ def test_members_wait_until_the_quorum_exists_then_go_together() -> None:
     w = World()
     for i in range(2):
         w.mirror.upsert_pod(gated(annotated(f"a-{i}", "a", 3)))
-    assert w.ungated == [] and len(w.ledger.quorum_gated_due()) == 0
+    assert w.ungated == [] and w.walk() == []
     w.mirror.upsert_pod(gated(annotated("a-2", "a", 3)))
     assert w.ungated == [["a-0", "a-1", "a-2"]]
 
@@ -72,9 +80,9 @@ def test_a_member_not_gated_completing_the_quorum_lets_the_gated_ones_through() 
 def test_a_group_object_that_comes_after_its_pods_is_caught_by_the_walk() -> None:
     w = World()
     pods = [w.mirror.upsert_pod(gated(pod(f"g-{i}", pod_group="g"))) for i in range(2)]
-    assert w.ungated == [] and w.ledger.quorum_gated_due() == []  # no PodGroup yet: the group is missing
+    assert w.ungated == [] and w.walk() == []  # no PodGroup yet: the group is missing
     w.mirror.upsert_group(GroupKind.COSCHEDULING, coscheduling_podgroup("g", 2))
-    assert sorted(p.uid for p in w.ledger.quorum_gated_due()) == sorted(p.uid for p in pods)
+    assert w.walk() == sorted(p.name for p in pods)
 
 
 def test_below_the_group_minimum_nothing_goes() -> None:
@@ -82,15 +90,15 @@ def test_below_the_group_minimum_nothing_goes() -> None:
     w.mirror.upsert_group(GroupKind.COSCHEDULING, coscheduling_podgroup("g", 3))
     for i in range(2):
         w.mirror.upsert_pod(gated(pod(f"g-{i}", pod_group="g")))
-    assert w.ungated == [] and w.ledger.quorum_gated_due() == []
+    assert w.ungated == [] and w.walk() == []
 
 
 def test_a_pod_of_no_gang_goes_at_once_and_a_lifted_gate_is_forgotten() -> None:
     w = World()
     lone = w.mirror.upsert_pod(gated(pod("lone")))
-    assert [p.name for p in w.ledger.quorum_gated_due()] == ["lone"]
+    assert w.walk() == ["lone"]
     w.mirror.upsert_pod({**pod("lone", uid=lone.uid)})  # the watch shows it without the gate
-    assert w.ledger.quorum_gated_due() == []
+    assert w.walk() == []
 
 
 def test_a_member_gone_before_the_quorum_leaves_the_rest_gated() -> None:
@@ -98,7 +106,7 @@ def test_a_member_gone_before_the_quorum_leaves_the_rest_gated() -> None:
     first = w.mirror.upsert_pod(gated(annotated("a-0", "a", 2)))
     w.mirror.delete_pod(first.uid)
     w.mirror.upsert_pod(gated(annotated("a-1", "a", 2)))
-    assert w.ungated == [] and w.ledger.quorum_gated_due() == []
+    assert w.ungated == [] and w.walk() == []
 
 
 class Removals:
@@ -159,19 +167,23 @@ def test_a_removed_gate_is_not_removed_again_before_the_watch_shows_it() -> None
     w.mirror.upsert_pod({**raw[0], "spec": {**raw[0]["spec"], "priority": 5}})  # an older event, still gated
     w.mirror.upsert_pod(raw[2])  # a member beyond minCount: only itself to let through
     assert w.ungated == [["a-0", "a-1"], ["a-2"]]
-    assert [p.name for p in w.ledger.quorum_gated_due()] == ["a-2"]
+    assert w.walk() == ["a-2"]
     w.mirror.upsert_pod({**raw[0], "spec": {**raw[0]["spec"], "schedulingGates": []}})  # the watch catches up
     w.mirror.upsert_pod({**raw[0], "spec": {**raw[0]["spec"], "schedulingGates": [{"name": QUORUM_GATE}]}})
-    assert {p.name for p in w.ledger.quorum_gated_due()} == {"a-0", "a-2"}  # (the API server would refuse this)
+    assert w.walk() == ["a-0", "a-2"]  # (the API server would refuse this)
 
 
 def test_a_gang_short_of_its_quorum_is_told_why_with_no_filter_to_tell_it() -> None:
     w = World()
     w.mirror.upsert_group(GroupKind.COSCHEDULING, coscheduling_podgroup("g", 3))
     w.mirror.upsert_pod(gated(pod("g-0", pod_group="g")))
-    assert w.ledger.quorum_gated_due() == []
+    assert w.walk() == []
     (told,) = w.events.of("GangWaiting")
     assert told[0] == ("g-0",) and "1/3 pods exist" in told[3], told
+    assert w.statuses == [("g", told[3])]  # its PodGroup's status says it too
+    assert w.walk() == [] and len(w.events.of("GangWaiting")) == 1 and len(w.statuses) == 1  # said once
+    w.mirror.upsert_pod(gated(pod("g-1", pod_group="g")))
+    assert w.walk() == [] and "2/3 pods exist" in w.events.of("GangWaiting")[-1][3]  # and again when it changes
 
 
 def test_a_gated_pod_the_mirror_cannot_read_is_let_through_to_be_told_why() -> None:
@@ -180,10 +192,10 @@ def test_a_gated_pod_the_mirror_cannot_read_is_let_through_to_be_told_why() -> N
     gated(broken)
     with pytest.raises(ValueError, match="min-count"):
         w.mirror.upsert_pod(broken)
-    assert [p.name for p in w.ledger.quorum_gated_due()] == ["broken"]
+    assert w.walk() == ["broken"]
     w.mirror.replace_pods([broken])  # a relist keeps it too (counted as rejected)
-    assert [p.name for p in w.ledger.quorum_gated_due()] == ["broken"] and w.mirror.rejected_objects == 1
+    assert w.walk() == ["broken"] and w.mirror.rejected_objects == 1
     ungated = {**broken, "spec": {k: v for k, v in broken["spec"].items() if k != "schedulingGates"}}
     with pytest.raises(ValueError, match="min-count"):
         w.mirror.upsert_pod(ungated)
-    assert w.ledger.quorum_gated_due() == [] and w.mirror.pod("default", "broken") is None
+    assert w.walk() == [] and w.mirror.pod("default", "broken") is None
