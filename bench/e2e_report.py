@@ -38,6 +38,7 @@ class Phase:
     bound: int = 0
     completed_gangs: int = 0
     gang_latency: list[float] = field(default_factory=list)  # last member created -> whole gang bound
+    gate_lifted: list[float] = field(default_factory=list)  # last member created -> every member's gate removed
     partial_gangs: int = 0
     max_partial_seconds: float = 0.0
     timeouts: float = float("nan")
@@ -72,6 +73,9 @@ def gang_stats(phase: Phase, plan: wl.Plan, created: dict[str, float], watch: An
         if len(binds) == len(gang.members):
             phase.completed_gangs += 1
             phase.gang_latency.append(max(binds) - max(created[m] for m in gang.members))
+        lifted = [watch.ungated[m] for m in gang.members if m in getattr(watch, "ungated", {})]
+        if lifted and len(lifted) == len(gang.members):
+            phase.gate_lifted.append(max(lifted) - max(created[m] for m in gang.members))
             span = max(binds) - min(binds)
         elif binds:
             span = end - min(binds)
@@ -198,10 +202,12 @@ def where_time_goes(results: Sequence[dict[str, Any]]) -> list[str]:
     out = ["\n### Where the gang latency goes: kube-scheduler's queue, per pod\n",
            "Attempts = scheduling cycles (kube-scheduler's `scheduler_schedule_attempts_total`); moves = pods "
            "entering a queue (`scheduler_queue_incoming_pods_total`); SLI = kube-scheduler's mean "
-           "`scheduler_pod_scheduling_sli_duration_seconds` (first queued -> bound, gated time excluded).\n",
+           "`scheduler_pod_scheduling_sli_duration_seconds` (first queued -> bound, gated time excluded); gate "
+           "lifted = a gang's last member created -> the last of its scheduling gates removed (the quorum gate).\n",
            "| configuration | phase | attempts/pod | unschedulable attempts/pod | moves to backoff/pod "
-           "| moves to unschedulable/pod | moves to gated/pod | mean SLI ms | extender wakes/pod | held bind mean ms |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| moves to unschedulable/pod | moves to gated/pod | gate lifted p50 / p99 ms | mean SLI ms "
+           "| extender wakes/pod | held bind mean ms |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for phase in ("arrival", "paced"):
         for r in (r for r in results if phase in r):
             p: Phase = r[phase]
@@ -212,6 +218,8 @@ def where_time_goes(results: Sequence[dict[str, Any]]) -> list[str]:
                        f"{fmt(s.get('moves backoff', float('nan')) / n, 2)} | "
                        f"{fmt(s.get('moves unschedulable', float('nan')) / n, 2)} | "
                        f"{fmt(s.get('moves gated', float('nan')) / n, 2)} | "
+                       f"{fmt(wl.percentile(p.gate_lifted, 50) * 1000, 0)} / "
+                       f"{fmt(wl.percentile(p.gate_lifted, 99) * 1000, 0)} | "
                        f"{fmt(s.get('sli ms', float('nan')), 0)} | {fmt(wakes, 2)} | "
                        f"{fmt(p.extender_ms.get('bind', float('nan')), 0)} |")
     traced = [(r, ph) for ph in ("arrival", "paced") for r in results if ph in r and r[ph].trace.get("gangs")]

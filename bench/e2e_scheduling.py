@@ -1,4 +1,4 @@
-"""End-to-end scheduling benchmark: kube-scheduler v1.35.4 on 1,000 fake nodes, four ways, one run.
+"""End-to-end scheduling benchmark: kube-scheduler v1.35.4 (or v1.37.2) on 1,000 fake nodes, four ways, one run.
 
 1. ``ceiling``: kube-scheduler with no extender, the same pods without ``workloadRef`` (no gangs);
 2. ``noop-extender``: kube-scheduler with ``bench/noop_extender.py``, a do-nothing extender on
@@ -6,6 +6,12 @@
 3. ``gang-extender``: kube-scheduler with gang-extender (``manifests/scheduler-config.yaml``);
 4. ``in-tree``: kube-scheduler with the in-tree GangScheduling plugin (gates ``GenericWorkload`` and
    ``GangScheduling`` on), no extender.
+
+``--release 1.37`` runs kube-scheduler v1.37.2 instead, gangs as ``scheduling.k8s.io/v1beta1`` PodGroups
+(``GenericWorkload`` on the API server; on kube-scheduler only for ``in-tree``, where it turns the in-tree gang
+plugin on). There ``gang-extender:quorum-gate`` adds the chart's quorum gate (``gang.quorumGate``, rendered by
+the pinned helm): each pod is created behind the scheduling gate ``gang-extender.io/quorum``, which
+gang-extender removes once the pod's gang has its quorum.
 
 Each configuration gets a fresh control plane (same binaries, same 1,000 nodes: 984 general nodes of
 8 cpu and a 16-node contention pool of 4 cpu) and runs up to four phases, measured from one pod watch:
@@ -52,7 +58,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gang_trace
 import pinning
 import workloads as wl
-from controlplane import DEFAULT_SCHEDULER_CONFIG, ControlPlane, find_bin_dir, tail
+from controlplane import DEFAULT_SCHEDULER_CONFIG, ApiError, ControlPlane, find_bin_dir, tail
 from e2e_meters import (
     CpuMeter,
     extender_ms,
@@ -79,7 +86,27 @@ from noop_extender import NoopExtender
 
 CONFIGS = ("ceiling", "noop-extender", "gang-extender", "in-tree")
 STALL_SECONDS = 60.0
-PSEUDO_FLAGS = ("prioritize", "bind-only")
+PSEUDO_FLAGS = ("prioritize", "bind-only", "quorum-gate")
+
+
+@dataclass(frozen=True)
+class Release:
+    """A ``--release``: kube-scheduler's version, the gang API (``workloads.e2e_plan``), the API server's gates
+    and runtime config (None: hack/controlplane.py's, which are 1.35's) and kube-scheduler's for ``in-tree``."""
+
+    version: str
+    api: str
+    gates: Mapping[str, bool]
+    runtime_config: tuple[str, ...] | None
+    in_tree: Mapping[str, bool]
+
+
+RELEASES = {
+    "1.35": Release("1.35.4", "workload", {}, None, {"GangScheduling": True}),
+    "1.37": Release("1.37.2", "podgroup", {"GenericWorkload": True}, ("scheduling.k8s.io/v1beta1=true",),
+                    {"GenericWorkload": True}),
+}
+QUORUM_GATE_PROBE = "quorum-gate-probe"
 PACED_RATE = 96.0  # pods/s: half of the do-nothing extender's arrival throughput here (docs/performance.md)
 
 
@@ -227,17 +254,20 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
     label = config + (f" ({' '.join(extender_args)})" if extender_args and config == "gang-extender" else "")
     label += " + prioritize" if "prioritize" in words else ""
     label += ", bind only" if "bind-only" in words else ""
+    label += " + quorum gate" if "quorum-gate" in words else ""
     label += ", pinned" if args.pin else ""
-    gates = {"GangScheduling": True} if config == "in-tree" else {}
-    wl.log(f"[{config}] fresh control plane; gates {gates or 'default'}")
+    release = RELEASES[args.release]
+    label += f" (v{release.version})" if args.release != "1.35" else ""
     result: dict[str, Any] = {"config": label, "kind": config}
     slug = "".join(c if c.isalnum() or c == "-" else "_" for c in label)
     base, n = slug, 1
     while (workdir / slug).exists():  # the same configuration twice in a run: a fresh directory each time
         n += 1
         slug = f"{base}-{n}"
-    with ControlPlane(bin_dir, workdir / slug, feature_gates=gates, log=wl.log, keep=True) as cp:
+    with release_control_plane(args.release, config, bin_dir, workdir / slug) as cp:
         wl.add_pools(cp, args.general_nodes)
+        if "quorum-gate" in words:
+            install_quorum_gate(cp)
         ext = noop = None
         try:
             with pinning.spawning_on(pinning.EXTENDER_CPU if args.pin else None):
@@ -265,6 +295,34 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
     return result
 
 
+def release_control_plane(release: str, config: str, bin_dir: Path, workdir: Path) -> ControlPlane:
+    """A fresh control plane of ``release`` (:data:`RELEASES`) for ``config``: the gang API served, and the
+    in-tree gang plugin on in kube-scheduler only for ``in-tree``."""
+    r = RELEASES[release]
+    if r.runtime_config is None:  # hack/controlplane.py's defaults (1.35's): GenericWorkload on, GangScheduling off
+        gates = r.in_tree if config == "in-tree" else {}
+        wl.log(f"[{config}] fresh control plane v{r.version}; gates {gates or 'default'}")
+        return ControlPlane(bin_dir, workdir, feature_gates=gates, log=wl.log, keep=True)
+    scheduler_gates = r.in_tree if config == "in-tree" else {}
+    wl.log(f"[{config}] fresh control plane v{r.version}; gates {dict(r.gates)}, "
+           f"kube-scheduler's {dict(scheduler_gates)}")
+    return ControlPlane(bin_dir, workdir, feature_gates=r.gates, default_feature_gates=False,
+                        runtime_config=r.runtime_config, scheduler_feature_gates=scheduler_gates, log=wl.log, keep=True)
+
+
+def install_quorum_gate(cp: ControlPlane) -> None:
+    """The chart's quorum gate for kube-scheduler's default profile, in force before any pod is created."""
+    import helmchart
+    from support import install_quorum_gate as install
+
+    from extender.model.cluster import QUORUM_GATE
+
+    cp.create_namespace(QUORUM_GATE_PROBE)
+    install(cp, helmchart.quorum_gate_objects(helmchart.find_helm(), "default-scheduler"),
+            probe_namespace=QUORUM_GATE_PROBE, gate=QUORUM_GATE)
+    wl.log("[bench-e2e] the quorum gate is in force")
+
+
 def scheduler_config_for(extender: Any, words: Sequence[str]) -> dict[str, Any]:
     """kube-scheduler's configuration: the shipped extender entry for ``extender`` (prioritize added with the
     pseudo-flag ``prioritize``; filter removed with ``bind-only``, for ``noop-extender``: what the bind round
@@ -282,6 +340,19 @@ def scheduler_config_for(extender: Any, words: Sequence[str]) -> dict[str, Any]:
     return scheduler
 
 
+def scheduler_metrics_served(cp: ControlPlane, timeout: float = 30.0) -> None:
+    """Wait until a kube-scheduler just started serves /metrics: for its first moments it authorizes nobody."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cp.metrics("kube-scheduler")
+            return
+        except ApiError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def clear(cp: ControlPlane, watch: wl.BindWatch, ext: Any, plan: wl.Plan) -> None:
     """Delete a phase's pods and wait until they are gone and the extender holds nothing of theirs, so the
     next phase starts from the same empty cluster in every configuration."""
@@ -296,11 +367,13 @@ def clear(cp: ControlPlane, watch: wl.BindWatch, ext: Any, plan: wl.Plan) -> Non
 def run_phases(cp: ControlPlane, config: str, ext: Any, scheduler: dict[str, Any], args: argparse.Namespace,
                result: dict[str, Any], slug: str, measured: Any = None) -> None:
     gangs = config not in ("ceiling", "noop-extender")  # both run the same pods without gangs
+    api = RELEASES[args.release].api
     backlog, _ = wl.e2e_plan(gangs=gangs, gang_count=args.gangs, size=args.size, contention_gangs=0,
-                             namespace="backlog")
+                             namespace="backlog", api=api)
     arrival, contention = wl.e2e_plan(gangs=gangs, gang_count=args.gangs, size=args.size,
-                                      contention_gangs=args.contention_gangs)
-    paced, _ = wl.e2e_plan(gangs=gangs, gang_count=args.gangs, size=args.size, contention_gangs=0, namespace="paced")
+                                      contention_gangs=args.contention_gangs, api=api)
+    paced, _ = wl.e2e_plan(gangs=gangs, gang_count=args.gangs, size=args.size, contention_gangs=0, namespace="paced",
+                           api=api)
     watch = wl.BindWatch(cp)
     try:
         if "backlog" in args.phases:
@@ -310,6 +383,7 @@ def run_phases(cp: ControlPlane, config: str, ext: Any, scheduler: dict[str, Any
             clear(cp, watch, ext, backlog)
         else:
             cp.start_scheduler(scheduler)
+            scheduler_metrics_served(cp)
         if config == "in-tree":
             enabled = [line for line in cp.metrics("kube-scheduler").splitlines()
                        if line.startswith('kubernetes_feature_enabled{name="GangScheduling"')]
@@ -337,6 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--configs", default=";".join(CONFIGS),
                         help=f"configurations, ';'-separated; 'gang-extender:--threads=2048' adds serve flags "
                              f"[{';'.join(CONFIGS)}]")
+    parser.add_argument("--release", choices=sorted(RELEASES), default="1.35",
+                        help="kube-scheduler release and gang API: 1.35 (v1.35.4, Workloads) or 1.37 (v1.37.2, "
+                             "PodGroups; allows gang-extender:quorum-gate) [1.35]")
     parser.add_argument("--general-nodes", type=int, default=984, help="general nodes (+16 contention) [984]")
     parser.add_argument("--gangs", type=int, default=250, help="gangs in the backlog and arrival phases [250]")
     parser.add_argument("--size", type=int, default=8, help="members per gang in those phases [8]")
@@ -370,7 +447,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not pinning.available():
             parser.error("--pin needs at least 2 CPUs and sched_setaffinity")
         pinning.pin_driver()  # before any thread or child: all of them inherit CPU 0
-    bin_dir = find_bin_dir()
+    if args.release == "1.35" and "quorum-gate" in args.configs:
+        parser.error("quorum-gate needs MutatingAdmissionPolicy v1: --release 1.37")
+    bin_dir = find_bin_dir({**os.environ, "K8S_VERSION": RELEASES[args.release].version})
     workdir = Path(tempfile.mkdtemp(prefix="gang-bench-e2e-"))
     wl.log(f"[bench-e2e] {os.cpu_count()} cpu; binaries {bin_dir}; work dir {workdir}; load average "
            f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
@@ -389,7 +468,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             wl.log(f"[bench-e2e] kept {workdir}")
-    print(f"\n## End-to-end scheduling ({os.cpu_count()} cpu; {args.general_nodes + wl.CONTENTION_NODES:,} nodes; "
+    print(f"\n## End-to-end scheduling (kube-scheduler v{RELEASES[args.release].version}; {os.cpu_count()} cpu; "
+          f"{args.general_nodes + wl.CONTENTION_NODES:,} nodes; "
           f"{args.gangs} gangs of {args.size}; paced at {args.paced_rate:.0f} pods/s"
           f"{'; control plane on CPU 0, extender on CPU 1' if args.pin else ''}; "
           f"run took {time.monotonic() - started:.0f}s)\n")

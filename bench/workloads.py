@@ -9,7 +9,7 @@ they form, so both scripts build the same kinds of pods and measure them the sam
   all fit in their pool, created interleaved).
 - :func:`e2e_plan`: the scheduling benchmark: ``gangs`` gangs of ``size`` identical members on the
   general pool, and the contention mix (``contention_gangs`` gangs of 8 whole-node members on a
-  16-node pool that holds two of them at a time), with or without ``workloadRef``.
+  16-node pool that holds two of them at a time), in gangs (1.35's Workloads or 1.37's PodGroups) or not.
 
 :class:`BindWatch` watches every pod and records, with ``time.monotonic()``, when each pod was first
 seen bound (``spec.nodeName``) and when it was deleted: one watch stream instead of polling lists,
@@ -40,7 +40,8 @@ for _path in (ROOT, ROOT / "hack", ROOT / "tests" / "e2e"):
 from controlplane import ApiError, ControlPlane  # noqa: E402
 
 PAUSE = "registry.k8s.io/pause:3.10"
-WORKLOAD_API = "scheduling.k8s.io/v1alpha1"
+WORKLOAD_API = "scheduling.k8s.io/v1alpha1"  # 1.35's Workload
+PODGROUP_API = "scheduling.k8s.io/v1beta1"   # 1.37's PodGroup
 GENERAL = {"pool": "general"}
 CONTENTION = {"pool": "contention"}
 CONTENTION_NODES = 16  # 4 cpu each; contention members ask 3 cpu, so one member per node
@@ -89,15 +90,27 @@ def workload(namespace: str, name: str, groups: Mapping[str, int]) -> dict[str, 
             "spec": {"podGroups": [{"name": g, "policy": {"gang": {"minCount": n}}} for g, n in groups.items()]}}
 
 
+def podgroup(namespace: str, name: str, min_count: int) -> dict[str, Any]:
+    return {"apiVersion": PODGROUP_API, "kind": "PodGroup", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}}}
+
+
+def group_collection(obj: Mapping[str, Any]) -> str:
+    """The API path that creates ``obj``, a Workload or a PodGroup."""
+    return f"/apis/{obj['apiVersion']}/namespaces/{obj['metadata']['namespace']}/{obj['kind'].lower()}s"
+
+
 def pod(namespace: str, name: str, *, cpu: str, memory: str, selector: Mapping[str, str],
         ref: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
-        affinity: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        affinity: Mapping[str, Any] | None = None, scheduling_group: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "nodeSelector": dict(selector),
         "containers": [{"name": "main", "image": PAUSE, "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
     }
     if ref:
         spec["workloadRef"] = dict(ref)
+    if scheduling_group:  # 1.37: the pod's PodGroup
+        spec["schedulingGroup"] = {"podGroupName": scheduling_group}
     if affinity:
         spec["affinity"] = dict(affinity)
     return {"apiVersion": "v1", "kind": "Pod",
@@ -106,44 +119,62 @@ def pod(namespace: str, name: str, *, cpu: str, memory: str, selector: Mapping[s
 
 def _gang_pods(namespace: str, wl: str, size: int, *, gangs: bool, selector: Mapping[str, str],
                shape: Callable[[int], tuple[str, str]], group: str = "workers", replica: str | None = None,
-               prefix: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+               prefix: str | None = None, api: str = "workload") -> tuple[list[dict[str, Any]], list[str]]:
+    """A gang's pods: with ``api="workload"`` each refers to the Workload ``wl``'s pod group ``group``; with
+    ``api="podgroup"`` to the PodGroup ``wl``; ``gangs=False``: to nothing."""
     ref = {"name": wl, "podGroup": group, **({"podGroupReplicaKey": replica} if replica is not None else {})}
     stem = prefix or (f"{wl}-{replica}" if replica is not None else wl)
     pods = []
     for i in range(size):
         cpu, memory = shape(i)
         pods.append(pod(namespace, f"{stem}-{i}", cpu=cpu, memory=memory, selector=selector,
-                        ref=ref if gangs else None, labels={"job": wl}))
+                        ref=ref if gangs and api == "workload" else None, labels={"job": wl},
+                        scheduling_group=wl if gangs and api == "podgroup" else None))
     return pods, [f"{namespace}/{p['metadata']['name']}" for p in pods]
 
 
-def contention_mix(namespace: str, count: int, *, gangs: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
-                                                                         list[Gang]]:
+def group_object(api: str, namespace: str, name: str, min_count: int) -> dict[str, Any]:
+    """A gang's group object: the Workload ``name`` with the pod group ``workers`` (``api="workload"``) or the
+    PodGroup ``name`` (``api="podgroup"``)."""
+    if api == "podgroup":
+        return podgroup(namespace, name, min_count)
+    return workload(namespace, name, {"workers": min_count})
+
+
+def gang_key(api: str, namespace: str, name: str) -> str:
+    return f"{namespace}/{name}" if api == "podgroup" else f"{namespace}/{name}/workers"
+
+
+def contention_mix(namespace: str, count: int, *, gangs: bool, api: str = "workload"
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Gang]]:
     """``count`` gangs of 8 members of 3 cpu on the 16-node pool (room for two gangs), created interleaved."""
     workloads, per_gang, plan_gangs = [], [], []
     for g in range(count):
         wl = f"contend-{g}"
-        workloads.append(workload(namespace, wl, {"workers": 8}))
-        pods, names = _gang_pods(namespace, wl, 8, gangs=gangs, selector=CONTENTION, shape=lambda _i: ("3", "4Gi"))
+        workloads.append(group_object(api, namespace, wl, 8))
+        pods, names = _gang_pods(namespace, wl, 8, gangs=gangs, selector=CONTENTION, shape=lambda _i: ("3", "4Gi"),
+                                 api=api)
         per_gang.append(pods)
-        plan_gangs.append(Gang(f"{namespace}/{wl}/workers", names, 8, "contention"))
+        plan_gangs.append(Gang(gang_key(api, namespace, wl), names, 8, "contention"))
     interleaved = [p for i in range(8) for pods in per_gang for p in pods[i:i + 1]]
     return workloads, interleaved, plan_gangs
 
 
 def e2e_plan(*, gangs: bool, gang_count: int = 250, size: int = 8, contention_gangs: int = 6,
-             namespace: str = "bench") -> tuple[Plan, Plan]:
-    """(throughput phase, contention phase). ``gangs=False``: the same pods without ``workloadRef``."""
+             namespace: str = "bench", api: str = "workload") -> tuple[Plan, Plan]:
+    """(throughput phase, contention phase). ``gangs=False``: the same pods in no gang. ``api``: gangs as
+    1.35's Workloads (``workload``) or 1.37's PodGroups (``podgroup``)."""
     ns = namespace
     workloads, pods, plan_gangs = [], [], []
     for g in range(gang_count):
         wl = f"job-{g:04d}"
-        workloads.append(workload(ns, wl, {"workers": size}))
-        members, names = _gang_pods(ns, wl, size, gangs=gangs, selector=GENERAL, shape=lambda _i: ("500m", "1Gi"))
+        workloads.append(group_object(api, ns, wl, size))
+        members, names = _gang_pods(ns, wl, size, gangs=gangs, selector=GENERAL, shape=lambda _i: ("500m", "1Gi"),
+                                    api=api)
         pods += members
-        plan_gangs.append(Gang(f"{ns}/{wl}/workers", names, size, "identical"))
+        plan_gangs.append(Gang(gang_key(api, ns, wl), names, size, "identical"))
     throughput = Plan([ns], workloads if gangs else [], pods, plan_gangs)
-    cws, cpods, cgangs = contention_mix("contend", contention_gangs, gangs=gangs)
+    cws, cpods, cgangs = contention_mix("contend", contention_gangs, gangs=gangs, api=api)
     return throughput, Plan(["contend"], cws if gangs else [], cpods, cgangs)
 
 
@@ -238,8 +269,7 @@ def create_objects(cp: ControlPlane, plan: Plan, *, workers: int = 16, gated: bo
         with contextlib.suppress(ApiError):
             cp.create_namespace(ns)
     for wl in plan.workloads:
-        ns = wl["metadata"]["namespace"]
-        cp.request("POST", f"/apis/{WORKLOAD_API}/namespaces/{ns}/workloads", wl)
+        cp.request("POST", group_collection(wl), wl)
     created: dict[str, float] = {}
 
     def create(p: dict[str, Any]) -> None:
@@ -267,7 +297,7 @@ def create_paced(cp: ControlPlane, plan: Plan, gangs_per_second: float, *, worke
         with contextlib.suppress(ApiError):
             cp.create_namespace(ns)
     for wl in plan.workloads:
-        cp.request("POST", f"/apis/{WORKLOAD_API}/namespaces/{wl['metadata']['namespace']}/workloads", wl)
+        cp.request("POST", group_collection(wl), wl)
     by_key = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in plan.pods}
     created: dict[str, float] = {}
 
@@ -320,11 +350,14 @@ def delete_pods(cp: ControlPlane, keys: Iterable[str]) -> None:
 
 # ---------------------------------------------------------------------------------------- watching
 class BindWatch:
-    """One watch on all pods: first time each pod is seen bound, and when it is deleted (monotonic)."""
+    """One watch on all pods: first time each pod is seen bound, first time seen with no scheduling gate after
+    one (``ungated``), and when it is deleted (monotonic)."""
 
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
         self.bound: dict[str, float] = {}
+        self.gated: set[str] = set()
+        self.ungated: dict[str, float] = {}
         self.node: dict[str, str] = {}
         self.deleted: dict[str, float] = {}
         self.events = 0
@@ -376,6 +409,10 @@ class BindWatch:
                         self.deleted.setdefault(key, now)
                     else:
                         node = (obj.get("spec") or {}).get("nodeName")
+                        if (obj.get("spec") or {}).get("schedulingGates"):
+                            self.gated.add(key)
+                        elif key in self.gated and key not in self.ungated:
+                            self.ungated[key] = now
                         if node and key not in self.bound:
                             self.bound[key] = now
                             self.node[key] = node

@@ -94,7 +94,7 @@ class GangLedger:
         self.admission = admission = Admission(registry, placement, waitlist, settings, clock)
         self.barrier = Barrier(registry, placement, attempts, settings, clock)
         self.expiry = Expiry(registry, attempts, mode, settings, clock)
-        self.policies = PolicyChanges(registry, placement, attempts, clock)
+        self.policies = PolicyChanges(registry, placement, attempts, waitlist, clock)
         self.queue = queue = GangQueue(registry, placement, attempts, settings, clock, serves)
         self.preemption = preemption_part = GangPreemption(
             registry, placement, admission, attempts, settings, clock, enabled=preemption, budgets=budgets,

@@ -1,7 +1,8 @@
 """PolicyChanges: following group policy changes (1.37 PodGroups: ``minCount`` is mutable; no I/O).
 
-Owns: re-evaluating the gangs whose group appeared or changed its policy: their waiting members woken
-(the quorum gate may pass now); a gang whose held and placed members reach the new ``minCount``
+Owns: re-evaluating the gangs whose group appeared or changed its policy: their members a gang rule turned
+away woken (the quorum gate may pass now; members never tried are still queued or quorum-gated and need no
+API write); a gang whose held and placed members reach the new ``minCount``
 released at once, with no bind request needed to notice it (a ``Release``, for the engine to bind); an
 admitted gang keeping only the reservation slots it still needs, and one that needs more than it
 reserved and holds nothing yet planned again at its next filter; a group that is no longer a gang
@@ -19,6 +20,7 @@ from extender.gangs.effects import Effect, Release, Reserve, Wake
 from extender.gangs.placement import GangPlacement
 from extender.gangs.record import GangRecord, Hold
 from extender.gangs.registry import GangRegistry
+from extender.gangs.waitlist import Waitlist
 from extender.model import messages
 from extender.model.gang import GangKey
 
@@ -28,9 +30,10 @@ log = logging.getLogger(__name__)
 class PolicyChanges:
     """The gangs whose group's policy changed, followed."""
 
-    def __init__(self, registry: GangRegistry, placement: GangPlacement, attempts: Attempts,
+    def __init__(self, registry: GangRegistry, placement: GangPlacement, attempts: Attempts, waitlist: Waitlist,
                  clock: Callable[[], float]) -> None:
         self.registry = registry
+        self.waitlist = waitlist
         self.placement = placement
         self.mirror: ClusterMirror = placement.mirror
         self.attempts = attempts
@@ -50,7 +53,8 @@ class PolicyChanges:
         marked releasing (a ``Release``); without it nothing is marked, and the next bind request of such a
         gang completes its quorum."""
         members = self.mirror.members(gang)
-        effects: list[Effect] = [Wake([p for p in members if not self.mirror.placement(p.uid)])]
+        rejected = self.waitlist.take_rejected(gang)
+        effects: list[Effect] = [Wake([p for p in members if p.uid in rejected and not self.mirror.placement(p.uid)])]
         record = self.registry.get(gang)
         if record is None:
             return effects

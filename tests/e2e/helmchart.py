@@ -77,6 +77,19 @@ def rendered(binary: Path, values: Iterable[Path] = (), sets: Sequence[str] = ()
     return [d for d in yaml.safe_load_all(template(binary, values, sets).stdout) if d]
 
 
+def quorum_gate_objects(binary: Path, scheduler: str) -> list[Obj]:
+    """The chart's quorum-gate MutatingAdmissionPolicy and its binding (``gang.quorumGate=true``) for the
+    scheduler name ``scheduler``, rendered as a 1.36+ cluster (MutatingAdmissionPolicy v1) would have them."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--set", "gang.quorumGate=true",
+            "--set", f"schedulerName={scheduler}",
+            "--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+            "--show-only", "templates/quorum-gate.yaml"]
+    objects = [o for o in yaml.safe_load_all(helm(binary, *args).stdout) if o]
+    kinds = [o["kind"] for o in objects]
+    assert kinds == ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"], kinds
+    return objects
+
+
 def key(obj: Obj) -> tuple[str, str, str]:
     meta = obj["metadata"]
     return obj["kind"], meta.get("namespace", ""), CONFIG_MAP.sub(r"\1-<hash>", meta["name"])

@@ -206,6 +206,22 @@ def create(cp: ControlPlane, *objects: Mapping[str, Any]) -> None:
     cp.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
 
 
+def install_quorum_gate(cp: ControlPlane, objects: Iterable[Mapping[str, Any]], *, probe_namespace: str,
+                        gate: str) -> None:
+    """Create the quorum-gate policy ``objects`` (``helmchart.quorum_gate_objects``) and return once the API
+    server applies it: a pod created (dry run) in ``probe_namespace`` (which must exist) comes back with the
+    scheduling gate ``gate`` (the policy reaches admission a moment after it is stored)."""
+    create(cp, *objects)
+    probe = pod(probe_namespace, "quorum-gate-probe", {"containers": [{"name": "main", "image": "pause"}]})
+
+    def gated_at_creation() -> bool:
+        made = json.loads(cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                     input=json.dumps(probe)).stdout)
+        return gate in [g["name"] for g in made["spec"].get("schedulingGates") or []]
+
+    wait_for(gated_at_creation, timeout=60, what="the quorum-gate MutatingAdmissionPolicy to be in force")
+
+
 def pods(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = cp.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
     return items

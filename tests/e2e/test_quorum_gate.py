@@ -17,7 +17,6 @@ from typing import Any
 
 import helmchart
 import pytest
-import yaml
 from controlplane import ControlPlane, wait_for
 from identities import extender_kubeconfig, install, wait_until_in_force
 from support import (
@@ -27,6 +26,7 @@ from support import (
     check_invariants,
     create,
     events,
+    install_quorum_gate,
     pod,
     pod_spec,
     recorded,
@@ -43,17 +43,6 @@ API = "scheduling.k8s.io/v1beta1"
 SCHEDULER = "default-scheduler"  # the profile of manifests/scheduler-config.yaml, which these tests run
 
 
-def policy_objects(helm_bin: Path) -> list[dict[str, Any]]:
-    """The chart's quorum-gate objects, rendered as a 1.36+ cluster would have them."""
-    out = helmchart.helm(helm_bin, "template", helmchart.RELEASE, str(helmchart.CHART), "--namespace",
-                         helmchart.NAMESPACE, "--set", "gang.quorumGate=true", "--set", f"schedulerName={SCHEDULER}",
-                         "--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
-                         "--show-only", "templates/quorum-gate.yaml").stdout
-    objects = [o for o in yaml.safe_load_all(out) if o]
-    assert [o["kind"] for o in objects] == ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"], objects
-    return objects
-
-
 def gates(obj: dict[str, Any]) -> list[str]:
     return [g["name"] for g in obj["spec"].get("schedulingGates") or []]
 
@@ -65,14 +54,9 @@ def cluster(control_plane_137: ControlPlane, helm_bin: Path, tmp_path_factory: p
     pod-writes policy, in force too), so that its removals pass exactly what a cluster would enforce."""
     cp = install(control_plane_137)
     cp.create_namespace("quorum-gate-probe")
-    create(cp, *policy_objects(helm_bin))
+    install_quorum_gate(cp, helmchart.quorum_gate_objects(helm_bin, SCHEDULER), probe_namespace="quorum-gate-probe",
+                        gate=QUORUM_GATE)
     probe = pod("quorum-gate-probe", "probe", {"containers": [{"name": "main", "image": "pause"}]})
-
-    def gated_at_creation() -> bool:
-        made = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(probe))
-        return QUORUM_GATE in gates(json.loads(made.stdout))
-
-    wait_for(gated_at_creation, timeout=30, what="the quorum-gate MutatingAdmissionPolicy to be in force")
     restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
                   "seccompProfile": {"type": "RuntimeDefault"}}  # that namespace enforces PodSecurity restricted
     own = {**probe, "metadata": {**probe["metadata"], "namespace": helmchart.NAMESPACE},

@@ -91,11 +91,14 @@ def test_lowering_min_count_wakes_the_waiting_members_and_lets_them_pass(h: Harn
     members = [member(i) for i in range(3)]
     h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
     h.add(*members)
-    assert not h.engine.filter(filter_args(members[0], NODES4)).feasible
+    for turned_away in members[:2]:
+        assert not h.engine.filter(filter_args(turned_away, NODES4)).feasible
     woken.clear()
     set_min_count(h, 3)
     h.engine.sweep()
-    assert sorted(woken) == ["m0", "m1", "m2"]  # kube-scheduler does not watch PodGroups: nudge the pods
+    # kube-scheduler does not watch PodGroups: the members it parked as unschedulable are nudged; m2, never
+    # tried (still in its queue, or held by the quorum gate), costs no API write
+    assert sorted(woken) == ["m0", "m1"]
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
 
 
@@ -103,7 +106,8 @@ def test_podgroup_created_after_its_pods_wakes_them(h: Harness) -> None:
     woken = h.woken
     members = [member(i) for i in range(2)]
     h.add(*members)
-    assert not h.engine.filter(filter_args(members[0], NODES4)).feasible  # PodGroup does not exist
+    for turned_away in members:
+        assert not h.engine.filter(filter_args(turned_away, NODES4)).feasible  # PodGroup does not exist
     assert woken == []
     h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(2))
     h.engine.sweep()
