@@ -73,14 +73,14 @@ def gang_stats(phase: Phase, plan: wl.Plan, created: dict[str, float], watch: An
         if len(binds) == len(gang.members):
             phase.completed_gangs += 1
             phase.gang_latency.append(max(binds) - max(created[m] for m in gang.members))
-        lifted = [watch.ungated[m] for m in gang.members if m in getattr(watch, "ungated", {})]
-        if lifted and len(lifted) == len(gang.members):
-            phase.gate_lifted.append(max(lifted) - max(created[m] for m in gang.members))
             span = max(binds) - min(binds)
         elif binds:
             span = end - min(binds)
         else:
             span = 0.0
+        lifted = [watch.ungated[m] for m in gang.members if m in getattr(watch, "ungated", {})]
+        if lifted and len(lifted) == len(gang.members):
+            phase.gate_lifted.append(max(lifted) - max(created[m] for m in gang.members))
         if span > PARTIAL_GRACE:
             phase.partial_gangs += 1
         phase.max_partial_seconds = max(phase.max_partial_seconds, span)

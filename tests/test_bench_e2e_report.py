@@ -182,3 +182,28 @@ def test_thread_groups_match_threads_across_snapshots_and_count_ended_ones() -> 
     assert e2e_meters.threads_cpu_used({}, after) == {}
     live = e2e_meters.worker_threads_cpu(__import__("os").getpid())  # this process: its main thread at least
     assert live["total"] > 0 and any(name == "main loop" and ran > 0 for name, ran in live["tids"].values())
+
+
+def test_gang_stats_partial_gangs_latency_and_gates_lifted() -> None:
+    """A gang bound over more than 2 s is partial, one bound together is not, one never bound whole counts
+    from its first bind to the phase's end; the gate-lifted milestone only for gangs whose every member was
+    seen ungated."""
+    from types import SimpleNamespace
+
+    from e2e_report import gang_stats
+
+    plan, _ = wl.e2e_plan(gangs=True, gang_count=3, size=2, contention_gangs=0, namespace="p", api="podgroup")
+    (a0, a1), (b0, b1), (c0, c1) = (g.members for g in plan.gangs)
+    created = dict.fromkeys([a0, a1, b0, b1, c0, c1], 10.0)
+    watch = SimpleNamespace(bound={a0: 11.0, a1: 11.1, b0: 11.0, b1: 14.0, c0: 12.0},
+                            ungated={a0: 10.2, a1: 10.3, b0: 10.4})
+    phase = Phase(pods=6, gangs=3)
+    gang_stats(phase, plan, created, watch, end=20.0)
+    assert phase.completed_gangs == 2
+    assert [round(v, 2) for v in phase.gang_latency] == [1.1, 4.0]
+    assert phase.partial_gangs == 2  # b (3 s apart) and c (one member bound since 12.0, the phase ended at 20.0)
+    assert round(phase.max_partial_seconds, 2) == 8.0
+    assert [round(v, 2) for v in phase.gate_lifted] == [0.3]
+    assert plan.gangs[0].key == "p/job-0000" and plan.workloads[0]["kind"] == "PodGroup"
+    assert (plan.pods[0]["spec"]["schedulingGroup"] == {"podGroupName": "job-0000"}
+            and "workloadRef" not in plan.pods[0]["spec"])
