@@ -209,10 +209,11 @@ def create(cp: ControlPlane, *objects: Mapping[str, Any]) -> None:
 def install_quorum_gate(cp: ControlPlane, objects: Iterable[Mapping[str, Any]], *, probe_namespace: str,
                         gate: str) -> None:
     """Create the quorum-gate policy ``objects`` (``helmchart.quorum_gate_objects``) and return once the API
-    server applies it: a pod created (dry run) in ``probe_namespace`` (which must exist) comes back with the
-    scheduling gate ``gate`` (the policy reaches admission a moment after it is stored)."""
+    server applies it: a gang member created (dry run) in ``probe_namespace`` (which must exist) comes back with
+    the scheduling gate ``gate`` (the policy reaches admission a moment after it is stored)."""
     create(cp, *objects)
-    probe = pod(probe_namespace, "quorum-gate-probe", {"containers": [{"name": "main", "image": "pause"}]})
+    probe = pod(probe_namespace, "quorum-gate-probe", {"containers": [{"name": "main", "image": "pause"}]},
+                annotations={"gang-extender.io/group": "probe", "gang-extender.io/min-count": "1"})
 
     def gated_at_creation() -> bool:
         made = json.loads(cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
