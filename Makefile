@@ -18,6 +18,7 @@ help:
 	@echo "make real-nodes a local control plane with two real kubelets on this machine, both images in them (until Ctrl-C)"
 	@echo "make bench      filter latency benchmark (results: docs/performance.md)"
 	@echo "make bench-e2e  kube-scheduler end to end: alone, no-op extender, gang-extender, in-tree (bench-e2e-pinned: CPU-pinned)"
+	@echo "make bench-e2e-gate  the same on v1.37.2 with PodGroups, gang-extender with and without the quorum gate"
 	@echo "make fuzz       hostile input: 10,000 bodies per verb against a live server (docs/reliability.md)"
 	@echo "make faults     kill -9, kube-apiserver restarts, refused bindings on a real control plane"
 	@echo "make ha         kill -9 the leading kube-scheduler + extender pair 24 times (docs/reliability.md)"
@@ -116,7 +117,7 @@ clean:
 BENCH_STAMP := $(VENV)/.installed-bench
 ROOT_OR_SUDO = $$(test "$$(id -u)" = 0 || echo sudo)
 
-.PHONY: wrk loadtest bench-e2e bench-e2e-pinned bench-gang-perf bench-fit record-corpus
+.PHONY: wrk loadtest bench-e2e bench-e2e-pinned bench-e2e-gate bench-gang-perf bench-fit record-corpus
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
@@ -142,6 +143,13 @@ bench-e2e: $(BENCH_STAMP) k8s
 bench-e2e-pinned: $(BENCH_STAMP) k8s
 	$(BIN)/python bench/e2e_scheduling.py --pin --json out/bench-e2e-pinned.json $(BENCH_E2E_ARGS)
 	$(BIN)/python bench/plot.py --only e2e --e2e out/bench-e2e-pinned.json --prefix e2e-pinned
+
+# v1.37.2 and PodGroups: the do-nothing extender, gang-extender with and without the chart's quorum gate, the
+# in-tree plugin (docs/performance.md, "The scheduling gate: measured"); CI runs tests/e2e/test_bench_e2e_smoke.py
+bench-e2e-gate: $(BENCH_STAMP) k8s
+	$(BIN)/python bench/e2e_scheduling.py --release 1.37 --phases backlog,arrival,paced \
+	  --configs "noop-extender;gang-extender:quorum-gate;gang-extender;in-tree" --json out/bench-e2e-137.json \
+	  $(BENCH_E2E_ARGS)
 
 bench-gang-perf: $(BENCH_STAMP) k8s  # upstream's gang benchmark at 5,000 nodes (issue 14 section 3)
 	$(BIN)/python bench/gang_perf.py --json out/bench-gang-perf.json $(GANG_PERF_ARGS)
