@@ -384,9 +384,10 @@ def run_phases(cp: ControlPlane, config: str, ext: Any, scheduler: dict[str, Any
         else:
             cp.start_scheduler(scheduler)
             scheduler_metrics_served(cp)
-        if config == "in-tree":
+        if config == "in-tree":  # the gate turning the in-tree gang plugin on (1.37: GenericWorkload)
+            gate = next(iter(RELEASES[args.release].in_tree))
             enabled = [line for line in cp.metrics("kube-scheduler").splitlines()
-                       if line.startswith('kubernetes_feature_enabled{name="GangScheduling"')]
+                       if line.startswith(f'kubernetes_feature_enabled{{name="{gate}"')]
             wl.log(f"[{config}] {enabled}")
         if "arrival" in args.phases:
             result["arrival"] = run_phase(cp, arrival, watch, ext, measured=measured, name=f"{slug} arrival",

@@ -1,8 +1,9 @@
 """PolicyChanges: following group policy changes (1.37 PodGroups: ``minCount`` is mutable; no I/O).
 
-Owns: re-evaluating the gangs whose group appeared or changed its policy: their members a gang rule turned
-away woken (the quorum gate may pass now; members never tried are still queued or quorum-gated and need no
-API write); a gang whose held and placed members reach the new ``minCount``
+Owns: re-evaluating the gangs whose group appeared or changed its policy: once the quorum gate passes, the
+members kube-scheduler parked are woken (those a gang rule turned away here, and those it marked
+unschedulable, which a restarted extender never saw turned away; members never tried are still queued or
+quorum-gated and need no API write); a gang whose held and placed members reach the new ``minCount``
 released at once, with no bind request needed to notice it (a ``Release``, for the engine to bind); an
 admitted gang keeping only the reservation slots it still needs, and one that needs more than it
 reserved and holds nothing yet planned again at its next filter; a group that is no longer a gang
@@ -15,8 +16,9 @@ import logging
 from collections.abc import Callable
 
 from extender.cluster.mirror import ClusterMirror
+from extender.gangs.admission import quorum
 from extender.gangs.attempts import Attempts
-from extender.gangs.effects import Effect, Release, Reserve, Wake
+from extender.gangs.effects import Effect, Release, Reserve, Wake, WakeBlocked
 from extender.gangs.placement import GangPlacement
 from extender.gangs.record import GangRecord, Hold
 from extender.gangs.registry import GangRegistry
@@ -53,12 +55,15 @@ class PolicyChanges:
         marked releasing (a ``Release``); without it nothing is marked, and the next bind request of such a
         gang completes its quorum."""
         members = self.mirror.members(gang)
-        rejected = self.waitlist.take_rejected(gang)
-        effects: list[Effect] = [Wake([p for p in members if p.uid in rejected and not self.mirror.placement(p.uid)])]
+        exists, policy = self.mirror.gang_policy(gang)
+        effects: list[Effect] = []
+        if quorum(gang, exists, policy, len(members)).passes:  # short of it, a woken member is turned away again
+            rejected = self.waitlist.take_rejected(gang)
+            effects.append(Wake([p for p in members if (p.uid in rejected or p.unschedulable)
+                                 and not self.mirror.placement(p.uid)]))
         record = self.registry.get(gang)
         if record is None:
             return effects
-        _, policy = self.mirror.gang_policy(gang)
         waiting = record.waiting()
         placed = self.placement.placed(members, record)
         log.info("gang %s: policy changed from minCount %d to %s", gang, record.policy.min_count,
@@ -72,8 +77,8 @@ class PolicyChanges:
             return self._release(record, waiting, release, effects)
         if record.admitted and record.reservation is not None:
             needed = policy.min_count - len(placed) - len(waiting)
-            if needed < record.reserved:
-                effects.append(Reserve(record, record.reservation.first(needed)))
+            if needed < record.reserved:  # the slots given back may fit pods turned away for want of room
+                effects += [Reserve(record, record.reservation.first(needed)), WakeBlocked()]
             elif needed > record.reserved and not waiting:
                 effects += self.attempts.reset(record)
         return effects

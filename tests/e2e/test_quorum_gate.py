@@ -64,9 +64,16 @@ def cluster(control_plane_137: ControlPlane, helm_bin: Path, tmp_path_factory: p
            "spec": {"containers": [{"name": "main", "image": "pause", "securityContext": restricted}]}}
     made = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(own))
     assert gates(json.loads(made.stdout)) == [], "a pod of the release's own namespace was gated"
-    plain = pod("quorum-gate-probe", "plain", {"containers": [{"name": "main", "image": "pause"}]})
-    made = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(plain))
-    assert gates(json.loads(made.stdout)) == [], "a pod of no gang was gated (lifting a gate is an API write)"
+    container = {"containers": [{"name": "main", "image": "pause"}]}
+    for name, labels, notes, gated in [  # only a gang member is gated (lifting a gate is an API write)
+            ("plain", {}, {}, False),
+            ("empty-label", {"scheduling.x-k8s.io/pod-group": ""}, {}, False),
+            ("empty-annotation", {}, {"gang-extender.io/group": ""}, False),
+            ("coscheduling", {"scheduling.x-k8s.io/pod-group": "pg"}, {}, True),
+            ("annotated", {}, {"gang-extender.io/group": "g", "gang-extender.io/min-count": "2"}, True)]:
+        candidate = pod("quorum-gate-probe", name, container, labels=labels, annotations=notes)
+        made = cp.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(candidate))
+        assert (gates(json.loads(made.stdout)) == [QUORUM_GATE]) is gated, (name, made.stdout)
     workdir = tmp_path_factory.mktemp("extender-quorum-gate")
     kubeconfig = extender_kubeconfig(cp, "second-scheduler", workdir)
     cp.request("POST", "/api/v1/namespaces/quorum-gate-probe/pods", probe)

@@ -102,6 +102,45 @@ def test_lowering_min_count_wakes_the_waiting_members_and_lets_them_pass(h: Harn
     assert h.engine.filter(filter_args(members[0], NODES4)).feasible
 
 
+def unschedulable(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` as kube-scheduler leaves a pod it tried and found no node for."""
+    raw["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    return raw
+
+
+def test_a_restarted_extender_wakes_the_members_kube_scheduler_parked(h: Harness) -> None:
+    """An extender that restarted never saw its predecessor turn m0 and m1 away; kube-scheduler still keeps
+    them as unschedulable: a minCount lowered to what exists wakes them, and not m2, never tried."""
+    woken = h.woken
+    members = [unschedulable(member(0)), unschedulable(member(1)), member(2)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(4))
+    h.add(*members)
+    h.engine.sweep()
+    woken.clear()
+    set_min_count(h, 3)
+    h.engine.sweep()
+    assert sorted(woken) == ["m0", "m1"]
+
+
+def test_a_policy_change_that_leaves_the_quorum_short_wakes_nobody(h: Harness) -> None:
+    """minCount 5 -> 4 with 3 members: a member woken now would only be turned away again (an API write and
+    a scheduling attempt each); they are woken once the quorum exists."""
+    woken = h.woken
+    members = [member(i) for i in range(3)]
+    h.mirror.upsert_group(GroupKind.PODGROUP, podgroup(5))
+    h.add(*members)
+    for turned_away in members:
+        assert not h.engine.filter(filter_args(turned_away, NODES4)).feasible
+    woken.clear()
+    set_min_count(h, 4)
+    h.engine.sweep()
+    assert woken == []
+    set_min_count(h, 3)
+    h.engine.sweep()
+    assert sorted(woken) == ["m0", "m1", "m2"]
+
+
 def test_podgroup_created_after_its_pods_wakes_them(h: Harness) -> None:
     woken = h.woken
     members = [member(i) for i in range(2)]
@@ -210,9 +249,14 @@ def test_lowering_min_count_of_an_admitted_gang_shrinks_its_reservation(h: Harne
     binds.start(members[0], "n1")
     wait_until(lambda: h.ledger.view.held_count() == 1)
     assert len(h.mirror.reservation(GANG)) == 3
+    other = base_pod("other", cpu="3")
+    h.add(other)
+    assert not h.engine.filter(filter_args(other, NODES4)).feasible  # every node held or reserved
+    h.woken.clear()
     set_min_count(h, 3)
     h.engine.sweep()
     assert len(h.mirror.reservation(GANG)) == 2  # 1 held + 2 reserved = 3
+    assert "other" in h.woken  # the slot given back may fit it: it is tried again
 
 
 def test_podgroup_turning_basic_releases_what_it_held(h: Harness, binds: Binds) -> None:
