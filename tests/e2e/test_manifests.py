@@ -419,11 +419,12 @@ def _assert_all_watches_synced(ext: Extender) -> None:
 
 
 def _assert_writes_succeeded(ext: Extender) -> None:
-    """Binds, Events and wake-up patches went through: none was refused."""
+    """Binds, Events and wake-up patches went through: none was refused. (A gang whose group exists before its
+    pods needs no wake-up: a member is woken only after it was turned away; test_least_privilege shows the
+    identity may patch one.)"""
     metrics = ext.metrics()
     assert metrics.get('gang_extender_events_total{outcome="sent"}', 0) >= 1, metrics
     assert metrics.get('gang_extender_events_total{outcome="failed"}', 0) == 0, metrics
-    assert metrics.get('gang_extender_pod_wakes_total{outcome="sent"}', 0) >= 1, metrics
     assert metrics.get('gang_extender_pod_wakes_total{outcome="failed"}', 0) == 0, metrics
     errors = {k: v for k, v in metrics.items() if k.startswith("gang_extender_watch_errors") and v}
     assert errors == {}, errors
