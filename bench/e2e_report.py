@@ -78,7 +78,7 @@ def gang_stats(phase: Phase, plan: wl.Plan, created: dict[str, float], watch: An
             span = end - min(binds)
         else:
             span = 0.0
-        lifted = [watch.ungated[m] for m in gang.members if m in getattr(watch, "ungated", {})]
+        lifted = [watch.ungated[m] for m in gang.members if m in watch.ungated]
         if lifted and len(lifted) == len(gang.members):
             phase.gate_lifted.append(max(lifted) - max(created[m] for m in gang.members))
         if span > PARTIAL_GRACE:
