@@ -1,7 +1,7 @@
 """The build's one optional step: the hot-path modules compiled to C extensions by mypyc (docs/decisions/0005).
 
 Everything else about the package is in pyproject.toml. Without ``GANG_EXTENDER_COMPILE=1`` this adds
-nothing: the wheel is pure Python, as before. With it, the modules in ``COMPILED`` are compiled by
+nothing: the wheel is pure Python, as before. With it, the modules in ``COMPILED`` (extender/native.py) are compiled by
 mypyc (which ships with mypy) and the wheel carries each one's ``.so`` next to its ``.py``; Python
 imports the ``.so`` when there is one and the ``.py`` otherwise, so the same source runs either way.
 Compiling needs mypy, setuptools and a C compiler in the build environment, hence
@@ -16,36 +16,11 @@ the benchmarks instead.
 from __future__ import annotations
 
 import os
+import runpy
+from pathlib import Path
 
-COMPILED = (
-    # the mirror's records and their parsing
-    "extender.model.quantity",
-    "extender.model.cluster",
-    "extender.model.gang",
-    "extender.cluster.records",
-    "extender.cluster.groups",
-    # the signature
-    "extender.cluster.signature",
-    # per-node verdicts and what they read
-    "extender.cluster.fit",
-    "extender.cluster.verdicts",
-    "extender.cluster.capacity",
-    "extender.cluster.reservations",
-    "extender.cluster.cpu_order",
-    "extender.cluster.mirror",
-    "extender.cluster.cache",
-    "extender.engine.requests",
-    "extender.engine.filtering",
-    # admission and the barrier's bookkeeping
-    "extender.gangs.record",
-    "extender.gangs.placement",
-    "extender.gangs.registry",
-    "extender.gangs.admission",
-    "extender.gangs.barrier",
-    # request reading
-    "extender.http.protocol",
-)
-"""Modules compiled by ``GANG_EXTENDER_COMPILE=1`` and ``make compiled``, in one mypyc group."""
+COMPILED: tuple[str, ...] = runpy.run_path(str(Path(__file__).parent / "extender" / "native.py"))["COMPILED"]
+"""Modules compiled by ``GANG_EXTENDER_COMPILE=1``, in one mypyc group: extender/native.py lists them."""
 
 
 def compiled_paths() -> list[str]:
@@ -58,6 +33,6 @@ if __name__ == "__main__":
     if os.environ.get("GANG_EXTENDER_COMPILE") == "1":
         from mypyc.build import mypycify
 
-        setup(ext_modules=mypycify(compiled_paths(), opt_level="3"))
+        setup(ext_modules=mypycify(compiled_paths(), opt_level="3", debug_level="0"))  # no -g: a shipped build
     else:
         setup()

@@ -61,8 +61,8 @@ NAMES = 5000
 GANG_SIZE = 8
 
 def compiled_modules() -> list[str]:
-    """The modules the compiled build compiles (``COMPILED`` in setup.py)."""
-    return list(runpy.run_path(str(ROOT / "setup.py"))["COMPILED"])
+    """The modules the compiled build compiles (``COMPILED`` in extender/native.py)."""
+    return list(runpy.run_path(str(ROOT / "extender" / "native.py"))["COMPILED"])
 
 
 def progress(line: str) -> None:

@@ -13,7 +13,7 @@ import ssl
 import sys
 from collections.abc import Sequence
 
-from extender import config, explain
+from extender import config, explain, native
 from extender.errors import ConfigError
 from extender.http import server
 
@@ -21,6 +21,8 @@ from extender.http import server
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gang-extender",
                                      description="kube-scheduler extender for gang scheduling")
+    parser.add_argument("--version", action="version", version=f"gang-extender {native.package_version()} "
+                                                               f"({native.hot_path().summary()})")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the extender verbs over HTTP (gunicorn, one worker)")
     config.add_arguments(serve)

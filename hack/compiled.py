@@ -2,7 +2,7 @@
 """``make compiled``: this checkout's ``extender`` with the hot-path modules compiled by mypyc, in ``build/compiled``.
 
 The tree is a copy of ``extender/`` (every ``.py``, so the modules left uncompiled run from there too)
-with, next to each module of ``COMPILED`` in setup.py, its ``.so`` (and one shared ``*__mypyc*.so``
+with, next to each module of ``COMPILED`` in extender/native.py, its ``.so`` (and one shared ``*__mypyc*.so``
 at the top of the tree). Python imports a module's ``.so`` before its ``.py``, so with the tree first
 on ``sys.path`` the compiled modules run; the checkout's own ``extender/`` is never touched and stays the
 uncompiled build. Run the tests against the tree with ``make test-compiled`` (``GANG_EXTENDER_TREE``,
@@ -94,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "compiled", help="the tree [build/compiled]")
     parser.add_argument("--force", action="store_true", help="compile even if no source changed")
     parser.add_argument("--modules", help="compile these modules instead (comma-separated; an experiment: the tests "
-                                          "and bench/hot_path.py check setup.py's COMPILED)")
+                                          "and bench/hot_path.py check extender/native.py's COMPILED)")
     args = parser.parse_args(argv)
-    modules = args.modules.split(",") if args.modules else list(runpy.run_path(str(ROOT / "setup.py"))["COMPILED"])
+    listed = runpy.run_path(str(ROOT / "extender" / "native.py"))["COMPILED"]
+    modules = args.modules.split(",") if args.modules else list(listed)
     build(args.out.resolve(), args.force, modules)
     return 0
 

@@ -29,8 +29,8 @@ if TREE_PATH is not None:
 
 
 def compiled_modules() -> list[str]:
-    """The modules the compiled build compiles (``COMPILED`` in setup.py)."""
-    return list(runpy.run_path(str(ROOT / "setup.py"))["COMPILED"])
+    """The modules the compiled build compiles (``COMPILED`` in extender/native.py)."""
+    return list(runpy.run_path(str(ROOT / "extender" / "native.py"))["COMPILED"])
 
 
 def _stale(tree: Path) -> list[str]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from extender import native
 from extender.engine.ports import EVICTION_OUTCOMES
 
 if TYPE_CHECKING:
@@ -32,6 +33,11 @@ class Metrics:
                            "CPU time of the request's own thread in gang-extender's handler, by verb (a held "
                            "bind's wait costs none; a released gang's Bindings count in the bind pool, not here)",
                            ["verb"], registry=self.registry)
+        hot_path = native.hot_path()
+        Info("gang_extender_build", "The running build: package version, and whether the hot-path modules run "
+             "compiled, interpreted or partial (some compiled: a broken install), with how many are native",
+             registry=self.registry).info({"version": native.package_version(), "hot_path": hot_path.build,
+                                           "native_modules": str(len(hot_path.native))})
         self.registry.register(_StateCollector(runtime))
 
 

@@ -13,7 +13,7 @@ import logging
 import ssl
 from typing import Any
 
-from extender import config
+from extender import config, native
 
 KEEPALIVE_CONNECTIONS = 256  # idle or unfinished client connections on top of one per thread
 FDS_BESIDES_CONNECTIONS = 128  # listening socket, watches, API connection pool, log and record files
@@ -89,4 +89,5 @@ def serve(settings: config.Settings) -> None:
             return app
 
     ensure_open_files(settings.threads)
+    logging.getLogger(__name__).info("gang-extender %s, %s", native.package_version(), native.hot_path().summary())
     _Gunicorn().run()

@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
 # Make a Python 3.11 base image from Debian bookworm packages, here, with no image registry:
 #
-#   hack/image/base.sh          # prints the image name on the last line of stdout
+#   hack/image/base.sh            # the runtime base; prints the image name on the last line of stdout
+#   hack/image/base.sh builder    # the builder base: the runtime base's packages, a C compiler and Python's headers
 #
 # mmdebstrap --variant=minbase with python3 (3.11), python3-venv, python3-pip, python-is-python3 and
 # ca-certificates (documentation, man pages and translations left out, as the slim images do), written to
 # ~/.cache/gang-extender/images/python-base-bookworm.tar, then `docker import`ed as BASE_IMAGE (default
 # gang-extender/python-base:3.11-bookworm). It stands in for python:3.11-slim, which the Dockerfile uses by
-# default and which cannot be pulled here: `python` on PATH, pip, venv. Both the tar and the image are
-# kept: a second run that finds the image does nothing, one that finds only the tar imports it again.
+# default and which cannot be pulled here: `python` on PATH, pip, venv. The builder base adds gcc, libc6-dev
+# and python3-dev (python-build-bookworm.tar, gang-extender/python-build:3.11-bookworm) and stands in for
+# python:3.11, the Dockerfile's BUILDER_IMAGE, which mypyc needs to compile the hot path. Both bases carry
+# the same Debian python3.11, so what the builder compiles loads in the runtime. Both the tar and the image
+# are kept: a second run that finds the image does nothing, one that finds only the tar imports it again.
 # Delete the tar to rebuild it (Debian's security updates come with a new one).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-BASE_IMAGE=${BASE_IMAGE:-gang-extender/python-base:3.11-bookworm}
 PACKAGES=python3,python3-venv,python3-pip,python-is-python3,ca-certificates
-tar="$IMAGE_CACHE/python-base-bookworm.tar"
+case "${1:-runtime}" in
+  runtime) BASE_IMAGE=${BASE_IMAGE:-gang-extender/python-base:3.11-bookworm}
+           tar="$IMAGE_CACHE/python-base-bookworm.tar" ;;
+  builder) BASE_IMAGE=${BUILDER_BASE_IMAGE:-gang-extender/python-build:3.11-bookworm}
+           PACKAGES=$PACKAGES,python3-dev,gcc,libc6-dev
+           tar="$IMAGE_CACHE/python-build-bookworm.tar" ;;
+  *) echo "usage: $0 [runtime|builder]" >&2; exit 2 ;;
+esac
 stamp="$tar.packages"
 
 "$(dirname "$0")/docker-up.sh"

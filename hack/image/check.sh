@@ -6,6 +6,9 @@
 # gang-extender ($IMAGE):
 #   - its configured user is 65532:65532 and a container runs as uid 65532, gid 65532;
 #   - `serve --help` exits 0 with a read-only root filesystem and /tmp mounted;
+#   - `gang-extender --version` says the hot path is compiled (every module of extender/native.py loads
+#     as a C extension), or interpreted when COMPILE=0 built it, and /metrics' gang_extender_build_info
+#     says the same;
 #   - a real `serve --cluster-snapshot examples/snapshot.yaml` (read-only root, /tmp a tmpfs, the
 #     snapshot mounted read-only, listening on 0.0.0.0:8888 published on a loopback port) answers
 #     GET /readyz and GET /healthz with 200, /metrics with Prometheus text, and the chart's exec probe
@@ -18,6 +21,7 @@ cd "$(dirname "$0")/../.."
 . hack/image/lib.sh
 
 IMAGE=${IMAGE:-gang-extender:dev}
+COMPILE=${COMPILE:-1}
 K8S_VERSION=${K8S_VERSION:-1.35.4}
 SCHEDULER_IMAGE=${SCHEDULER_IMAGE:-localhost/kube-scheduler:v$K8S_VERSION}
 name="gang-extender-check-$$"
@@ -37,6 +41,11 @@ help=$("$DOCKER" run --rm --read-only --tmpfs /tmp "$IMAGE" --help)
 grep -q -- '--cluster-snapshot' <<<"$help" || fail "serve --help does not list --cluster-snapshot"
 log check "serve --help with a read-only root: ok ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"
 
+hot_path=$([ "$COMPILE" = 1 ] && echo compiled || echo interpreted)
+version=$("$DOCKER" run --rm --read-only --tmpfs /tmp --entrypoint gang-extender "$IMAGE" --version)
+grep -q "hot path: $hot_path " <<<"$version" || fail "COMPILE=$COMPILE: expected the hot path $hot_path: $version"
+log check "$version"
+
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 t0=$(date +%s%N)
 "$DOCKER" run -d --name "$name" --read-only --tmpfs /tmp:rw,size=32m \
@@ -54,6 +63,8 @@ log check "serve --cluster-snapshot: /readyz 200 after $(( ($(date +%s%N) - t0) 
 # Read whole before grep: `curl | grep -q` fails under pipefail when grep stops reading first (SIGPIPE).
 metrics=$(curl -sf "http://127.0.0.1:$port/metrics") || fail "GET /metrics failed"
 grep -q '^# TYPE ' <<<"$metrics" || fail "/metrics is not Prometheus text"
+grep -q "^gang_extender_build_info{.*hot_path=\"$hot_path\"" <<<"$metrics" \
+  || fail "/metrics: no gang_extender_build_info with hot_path=\"$hot_path\""
 "$DOCKER" exec "$name" python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8888/readyz', timeout=3)" \
   || fail "the chart's exec probe failed"
 [ "$("$DOCKER" exec "$name" id -u)" = 65532 ] || fail "serve does not run as 65532"

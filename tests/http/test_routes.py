@@ -15,6 +15,7 @@ from flask.testing import FlaskClient
 from prometheus_client import CONTENT_TYPE_LATEST
 from werkzeug.test import TestResponse
 
+from extender import native
 from extender.config import Settings
 from extender.http.app import create_app
 from extender.http.framing import BIND_BODY_MAX_BYTES
@@ -553,6 +554,9 @@ def test_metrics(client: FlaskClient) -> None:
     assert "gang_extender_mirror_pods 4.0" in text
     assert "gang_extender_filter_cache_misses_total 1.0" in text
     assert "gang_extender_filter_steered_total 0.0" in text
+    hot_path = native.hot_path()
+    assert (f'gang_extender_build_info{{hot_path="{hot_path.build}",native_modules="{len(hot_path.native)}",'
+            f'version="{native.package_version()}"}} 1.0') in text
 
 
 def test_metrics_report_each_watch_initial_sync_time(make_app: Callable[..., Flask]) -> None:
