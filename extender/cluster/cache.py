@@ -32,6 +32,7 @@ class NodeVerdicts:
     fit: set[str] = field(default_factory=set)
     weighed: int = -1  # len(verdicts) when last stored; a stored entry that has not grown needs no put
     all_fit_names: list[str] | None = None  # a request list whose every node fits (see engine)
+    all_fit_text: bytes | None = None  # that list's text as sent, when the request had one (see engine)
     all_fit_misses: int = 0  # consecutive requests that did not equal all_fit_names
 
     def record(self, node: str, verdict: str) -> None:
@@ -40,13 +41,13 @@ class NodeVerdicts:
             self.fit.add(node)
         else:
             self.fit.discard(node)
-            self.all_fit_names = None
+            self.all_fit_names = self.all_fit_text = None
 
     def forget(self, node: str) -> None:
         """Drop a node's verdict (the node is gone: no state is kept for names the mirror does not know)."""
         if self.verdicts.pop(node, None) is not None:
             self.fit.discard(node)
-            self.all_fit_names = None
+            self.all_fit_names = self.all_fit_text = None
 
 
 def _weight(entry: NodeVerdicts) -> int:

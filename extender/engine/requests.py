@@ -30,6 +30,7 @@ class FilterArgs:
     pod: dict[str, Any]
     node_names: list[str]
     nodes: list[dict[str, Any]] | None  # full Node objects, only when the request carried ``Nodes``
+    names_text: bytes | None = None  # the NodeNames array as sent, when it alone decides the list (http.protocol)
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,15 +63,16 @@ def _read_body(verb: str) -> bytes:
         raise BodyTooLarge(f"request body larger than {cap} bytes") from None
 
 
-def _filter_args(body: Any) -> FilterArgs:
+def _filter_args(body: Any, data: bytes) -> FilterArgs:
     caps = _caps()
-    args = protocol.parse_filter_args(body, full_nodes=caps.full_nodes > 0)
+    args = protocol.parse_filter_args(body, full_nodes=caps.full_nodes > 0, data=data)
     if args.nodes is None and (request.content_length or 0) > caps.names:  # the NodeNames form's own cap
         raise BodyTooLarge(f"request body larger than {caps.names} bytes (the NodeNames form)")
     return args
 
 
-def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], Any]) -> Response:
+def _serve(verb: str, handle: Callable[[Any, bytes], Any], on_error: Callable[[str], Any]) -> Response:
+    """Read, parse and answer one request: ``handle(body, data)`` gets the parsed body and its bytes."""
     ext = _ext()
     arrival = time.time()
     started, cpu = time.perf_counter(), time.thread_time()
@@ -83,7 +84,7 @@ def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], An
             outcome, status = "not_ready", 200
             payload = on_error(problem)
         else:
-            payload = handle(_parse(data))
+            payload = handle(_parse(data), data)
             status = 200
     except ProtocolError as exc:
         outcome, status = "bad_request", 400
@@ -109,16 +110,16 @@ def _serve(verb: str, handle: Callable[[Any], Any], on_error: Callable[[str], An
 
 @bp.post("/filter")
 def filter_() -> Response:
-    def handle(body: Any) -> Any:
-        args = _filter_args(body)
+    def handle(body: Any, data: bytes) -> Any:
+        args = _filter_args(body, data)
         return protocol.render_filter(args, _ext().runtime.engine.filter(args))
     return _serve("filter", handle, lambda message: protocol.render_filter_error(None, message))
 
 
 @bp.post("/prioritize")
 def prioritize() -> Response:
-    def handle(body: Any) -> Any:
-        args = _filter_args(body)
+    def handle(body: Any, data: bytes) -> Any:
+        args = _filter_args(body, data)
         return protocol.render_priorities(_ext().runtime.engine.prioritize(args))
     return _serve("prioritize", handle, lambda message: [])
 
@@ -130,7 +131,7 @@ def bind() -> Response:
     stamped = serving.request_arrival()
     arrival = time.monotonic() if stamped is None else stamped
 
-    def handle(body: Any) -> Any:
+    def handle(body: Any, _data: bytes) -> Any:
         return protocol.render_bind(_ext().runtime.engine.bind(protocol.parse_bind_args(body), arrival))
     return _serve("bind", handle, protocol.render_bind)
 
@@ -138,7 +139,7 @@ def bind() -> Response:
 @bp.post("/preempt")
 def preempt() -> Response:
     # not ready or an internal error: no candidates (a veto), never kube-scheduler's unchecked victims
-    def handle(body: Any) -> Any:
+    def handle(body: Any, _data: bytes) -> Any:
         caps = _caps()
         args = protocol.parse_preempt_args(body, full_pods=caps.full_nodes > 0)
         if "NodeNameToMetaVictims" in body and body["NodeNameToMetaVictims"] is not None \

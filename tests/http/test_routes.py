@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
@@ -17,6 +18,7 @@ from werkzeug.test import TestResponse
 
 from extender import native
 from extender.config import Settings
+from extender.http import protocol
 from extender.http.app import create_app
 from extender.http.framing import BIND_BODY_MAX_BYTES
 from extender.http.protocol import FULL_NODES_REFUSED
@@ -645,3 +647,19 @@ def test_explain_endpoint_reads_the_ledger(client: FlaskClient) -> None:
     missing = client.get("/explain/default/nothing")
     assert missing.status_code == 404 and missing.get_json()["gangs"] == []
     assert client.post("/explain/default/training").status_code == 405
+
+
+def test_a_list_recognised_by_its_text_is_checked_again_once_a_node_stops_fitting(client: FlaskClient) -> None:
+    """The cache remembers an all-fit list and, from the second request on, its text as kube-scheduler
+    writes it (compact, NodeNames last): equal bytes are a hit without comparing names. A node that stops
+    fitting must end that, or the same bytes would keep claiming it fits."""
+    big = pod("big", containers=[{"name": "main", "resources": {"requests": {"cpu": "3500m"}}}])
+    body = orjson.dumps(filter_body(big)) + b"\n"
+    assert protocol.node_names_text(body) is not None  # the form this test is about
+    for _ in range(3):  # a miss (the list remembered), a hit by the list (its text remembered), a hit by the text
+        reply = post(client, "filter", body).get_json()
+        assert (reply["NodeNames"], reply["FailedNodes"]) == (NODE_NAMES, {})
+    assert post(client, "bind", bind_body("web-1", "node-1")).get_json() == {"Error": ""}  # 1 cpu of node-1's 4
+    reply = post(client, "filter", body).get_json()
+    assert reply["NodeNames"] == ["node-2", "node-3", "node-4"]
+    assert list(reply["FailedNodes"]) == ["node-1"]
