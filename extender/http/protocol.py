@@ -119,18 +119,21 @@ def node_names_text(data: bytes) -> bytes | None:
     which lets the engine recognise a list it has already checked with one ``memcmp`` instead of
     comparing 5,000 strings (engine/filtering.py ``_all_fit``).
 
-    The text is the list's only source only when: the key is spelled ``"NodeNames":[`` right after a
-    ``{`` or ``,`` (so its quote opens a key, not a string's end or an escaped quote); after the array's
-    closing ``]`` comes only the ``}`` that ends the body, so the key is the top-level object's last
-    member (JSON objects keep the last of duplicate keys, as orjson does); and the text holds no other
-    ``[`` and no ``{``, so it is a flat array. Anything else (whitespace, another order, escapes in the
-    key) answers None and costs nothing but the usual comparison."""
+    The text is the list's only source only when it is a flat array (no ``[``, ``]``, ``{`` or ``}``
+    between its brackets) followed by nothing but the ``}`` that ends the body, so it is the value of
+    the top-level object's last member (JSON objects keep the last of duplicate keys, as orjson does),
+    and that member's key is spelled ``"NodeNames":`` right after a ``{`` or ``,`` (so its quote opens a
+    key, not a string's end or an escaped quote). Anything else (whitespace, another order, escapes
+    in the key, brackets or braces inside names) answers None and costs nothing but the usual
+    comparison. Every search is a byte scan (memchr) or a slice compare: about 3 us at 5,000 names."""
     end = data.rfind(b"]")
-    start = data.rfind(NAMES_KEY, 0, end)
-    if start < 1 or data[start - 1] not in b",{" or data[end + 1:].strip() != b"}":
+    bracket = data.rfind(b"[", 0, end)
+    start = bracket - len(NAMES_KEY) + 1
+    if (start < 1 or data[start:bracket + 1] != NAMES_KEY or data[start - 1] not in b",{"
+            or data[end + 1:].strip() != b"}"):
         return None
-    text = data[start + len(NAMES_KEY) - 1:end + 1]
-    if text.count(b"[") != 1 or b"{" in text:
+    text = data[bracket:end + 1]
+    if text.find(b"]") != len(text) - 1 or b"{" in text or b"}" in text:
         return None
     return text
 
