@@ -64,6 +64,7 @@ class Settings:
     max_evictions_per_minute: int = 60     # preemption victims evicted at most this often (a token bucket)
     preemption: str = "on"                 # gang-aware preemption by the head gang: on or off
     bind_mode: str = "barrier"             # barrier: gang-extender binds; filter-gated: another binder does
+    quorum_wait_seconds: float = 0.1       # a gang's first filter waits this long for members being created; 0: off
     metrics_address: str = ""              # HOST:PORT of a listener serving /metrics only; "": none
 
     @classmethod
@@ -150,6 +151,11 @@ _HELP = {
     "release_intents_max_bytes": "largest annotation of open releases on the Lease (the API server allows 256 KiB "
                                  "of annotations per object); a release that would exceed it is not started: "
                                  "its holds are answered with a retry",
+    "quorum_wait_seconds": "the first filter of a gang whose group is defined but whose pods are still being created "
+                           "waits up to this long for the rest of its quorum instead of turning the member away "
+                           "(an unschedulable attempt and a back-off), once per gang per minute; kube-scheduler's "
+                           "scheduling cycle waits as long. 0: never wait. At most 1 s and a tenth of "
+                           "scheduler-http-timeout-seconds",
     "client_timeout_seconds": "a connection's request (head and body) must arrive within this many seconds of its "
                               "first byte (of its accept for a new connection), and a reply must be taken by the "
                               "client within it; otherwise the connection is closed",
@@ -289,6 +295,9 @@ def _value_problems(settings: Settings) -> list[str]:
     elif not 0 < settings.bind_answer_margin_seconds <= settings.scheduler_http_timeout_seconds / 2:
         problems.append("bind-answer-margin-seconds must be > 0 and at most half of scheduler-http-timeout-seconds, "
                         f"got {settings.bind_answer_margin_seconds}")
+    if not 0 <= settings.quorum_wait_seconds <= min(1.0, settings.scheduler_http_timeout_seconds / 10):
+        problems.append("quorum-wait-seconds must be 0..1 and at most a tenth of scheduler-http-timeout-seconds, "
+                        f"got {settings.quorum_wait_seconds}")
     if not scheduler_names(settings):
         problems.append("scheduler-names must name at least one scheduler")
     if not 1 <= settings.watch_stale_seconds <= 3600:  # also rejects nan

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -93,6 +94,7 @@ class ClusterMirror:
         self._pods: dict[str, PodRecord] = {}
         self._uid_by_key: dict[tuple[str, str], str] = {}
         self._assumed: dict[str, str] = {}  # uid -> node, for binds not yet seen in the watch
+        self._member_waiters: list[threading.Event] = []  # one per ``wait_for_members`` call under way
         self._used: dict[str, Resources] = {}  # node -> requests of the pods placed there; replaced, never changed
         self._free_cpu: dict[str, int] = {}  # known node -> allocatable cpu less its _used cpu
         self._members_listener: MemberListener = _NoListener()  # ``listen``
@@ -263,6 +265,8 @@ class ClusterMirror:
                 self._members_listener.member_gone(old)  # finished, or being deleted
             elif old is None and record.gang is not None and not record.terminal:
                 self._members_listener.member_added(record)
+                for waiter in self._member_waiters:  # ``wait_for_members`` (usually none)
+                    waiter.set()
             if self._awaited:
                 awaited = self._awaited.pop(record.uid, None)
                 if awaited is not None:
@@ -321,6 +325,30 @@ class ClusterMirror:
             if self._awaited.get(uid) is event:
                 del self._awaited[uid]
             return self._pods.get(uid)
+
+    def wait_for_members(self, gang: GangKey, count: int, timeout: float) -> bool:
+        """Whether ``gang`` has ``count`` members, waiting up to ``timeout`` seconds for the pod watch to deliver
+        them (do not hold the lock when calling this). Each waiter has its own event, set under the lock when
+        any member is added and cleared under it after each count: no addition is missed."""
+        deadline = time.monotonic() + timeout
+        event = threading.Event()
+        with self.lock:
+            if self.member_count(gang) >= count:
+                return True
+            if timeout <= 0:
+                return False
+            self._member_waiters.append(event)
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                event.wait(left)
+                with self.lock:
+                    if self.member_count(gang) >= count:
+                        return True
+                    event.clear()
+            return False
+        finally:
+            with self.lock:
+                self._member_waiters.remove(event)
 
     def placement(self, uid: str) -> str:
         """The node a pod is bound or assumed to, or ""."""

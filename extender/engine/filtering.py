@@ -1,6 +1,8 @@
 """Filtering: the filter and prioritize verbs (no HTTP, no kubernetes client).
 
-Owns: turning one validated filter request into its answer: the gang's half from the ledger in one call
+Owns: turning one validated filter request into its answer: for the first member of a gang whose pods are
+still being created, a short wait for the rest of its quorum (``QUORUM_WAIT_SECONDS``); the gang's half
+from the ledger in one call
 (``GangLedger.filter_gate``: the sweep, the quorum gate and admission, the member's own reservation and
 where it is steered), then per-node verdicts from the filter cache (signature -> per-node verdicts),
 refreshed for only the nodes changed since the cached entry, then the gang's topology domain; a pod
@@ -19,7 +21,10 @@ it does not know is infeasible, and no state is kept for such a name).
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
+
+from cachetools import TTLCache
 
 from extender.cluster.cache import FIT, FilterCache, NodeVerdicts
 from extender.cluster.facts import PodFacts
@@ -31,6 +36,7 @@ from extender.gangs.domains import Domain
 from extender.gangs.ledger import FilterGate, GangLedger
 from extender.gangs.waitlist import Waitlist
 from extender.model import messages
+from extender.model.cluster import PodRecord
 from extender.model.gang import Code, GangKey, Verdict
 
 log = logging.getLogger(__name__)
@@ -52,6 +58,18 @@ UNSEEN_WAIT_SECONDS = 0.1
 """How long a filter of a gang member the pod watch has not delivered yet waits for it (kube-scheduler's own
 informer is often a few milliseconds ahead); kube-scheduler's scheduling cycle waits that long too."""
 
+QUORUM_WAIT_SECONDS = 0.1
+"""How long the first filter of a gang whose members are still being created waits for the rest of its
+quorum before turning the member away. A job controller creates a gang's pods within milliseconds of each
+other, and kube-scheduler pops the first one as soon as it exists: waiting here for the siblings costs
+the scheduling cycle that long, but spares the member an unschedulable attempt and its back-off (the
+in-tree plugin parks such pods before any attempt; an extender cannot). Once per gang per
+``QUORUM_WAITED_SECONDS``, so a gang that will not complete costs the scheduler at most this once."""
+
+QUORUM_WAITED_SECONDS = 60.0
+QUORUM_WAITED_GANGS = 10_000
+"""Gangs remembered as having waited (each waits once in ``QUORUM_WAITED_SECONDS``); the oldest go first."""
+
 
 
 class Filtering:
@@ -64,6 +82,10 @@ class Filtering:
         self.waitlist = waitlist
         self.steered = 0  # filter requests answered with the nodes of the member's own reservation
         self.unseen = 0  # filter requests of gang members the pod watch had not delivered yet
+        self.quorum_waits = {"met": 0, "timed_out": 0}  # first filters of gangs still being created, by outcome
+        self.quorum_wait_seconds = QUORUM_WAIT_SECONDS
+        self._quorum_waited: TTLCache[GangKey, bool] = TTLCache(QUORUM_WAITED_GANGS, QUORUM_WAITED_SECONDS)
+        self._quorum_waited_lock = threading.Lock()
 
     def filter(self, args: FilterArgs) -> FilterResult:
         """The answer (what the ledger's sweep left to do outside the lock is queued in the ledger)."""
@@ -79,22 +101,50 @@ class Filtering:
         if known is None and linked:  # kube-scheduler's informer saw the pod before the extender's watch did
             self.unseen += 1
             known = self.mirror.wait_for_pod(facts.uid, UNSEEN_WAIT_SECONDS)
+        may_wait = (known is not None and known.gang is not None and self.quorum_wait_seconds > 0
+                    and self._may_wait(known.gang))
         with self.mirror.lock:
-            gate = self.ledger.filter_gate(facts, known, linked, args.node_names, FILTER_SWEEP_INTERVAL)
-            if not gate.verdict.passes:
-                return _all_failed(args.node_names, gate.verdict)
-            if gate.steered:
-                self.steered += 1
-                result, entry = FilterResult(gate.steered, {}, {}), None
-            else:
-                result, entry = self._node_verdicts(args, facts, gate, key)
-            if gate.domain is not None and gate.allowed is not None:
-                result = _within_domain(result, gate.domain, gate.allowed, gate.gang)
-            if not result.feasible and known is not None:  # woken when capacity frees (only pods that exist)
-                self.waitlist.block(known)
+            gate = self.ledger.filter_gate(facts, known, linked, args.node_names, FILTER_SWEEP_INTERVAL, may_wait)
+            if gate.missing is None:
+                result, entry = self._answer(args, facts, gate, key, known)
+        if gate.missing is not None:  # the first member of a gang still being created: wait for the rest
+            self._await_members(*gate.missing)
+            with self.mirror.lock:
+                gate = self.ledger.filter_gate(facts, known, linked, args.node_names, FILTER_SWEEP_INTERVAL)
+                result, entry = self._answer(args, facts, gate, key, known)
         if entry is not None and key is not None:
             self.cache.put(key, entry)
         return result
+
+    def _answer(self, args: FilterArgs, facts: PodFacts, gate: FilterGate, key: bytes | None,
+                known: PodRecord | None) -> tuple[FilterResult, NodeVerdicts | None]:
+        """The reply for ``gate`` and the cache entry to store back (under mirror.lock)."""
+        if not gate.verdict.passes:
+            return _all_failed(args.node_names, gate.verdict), None
+        if gate.steered:
+            self.steered += 1
+            result, entry = FilterResult(gate.steered, {}, {}), None
+        else:
+            result, entry = self._node_verdicts(args, facts, gate, key)
+        if gate.domain is not None and gate.allowed is not None:
+            result = _within_domain(result, gate.domain, gate.allowed, gate.gang)
+        if not result.feasible and known is not None:  # woken when capacity frees (only pods that exist)
+            self.waitlist.block(known)
+        return result, entry
+
+    def _may_wait(self, gang: GangKey) -> bool:
+        with self._quorum_waited_lock:
+            return gang not in self._quorum_waited
+
+    def _await_members(self, gang: GangKey, min_count: int) -> None:
+        """Wait up to ``quorum_wait_seconds`` for ``gang`` to have ``min_count`` members, once per gang
+        (outside every lock: the pod watch must deliver them meanwhile)."""
+        with self._quorum_waited_lock:
+            if gang in self._quorum_waited:  # another thread's filter of the same gang waited just now
+                return
+            self._quorum_waited[gang] = True
+        met = self.mirror.wait_for_members(gang, min_count, self.quorum_wait_seconds)
+        self.quorum_waits["met" if met else "timed_out"] += 1
 
     def _node_verdicts(self, args: FilterArgs, facts: PodFacts, gate: FilterGate,
                        key: bytes | None) -> tuple[FilterResult, NodeVerdicts | None]:

@@ -21,7 +21,7 @@ from extender.cluster.mirror import ClusterMirror
 from extender.engine import preempt_verb
 from extender.engine.binding import Binding
 from extender.engine.evicting import Evictions
-from extender.engine.filtering import Filtering
+from extender.engine.filtering import QUORUM_WAIT_SECONDS, Filtering
 from extender.engine.ports import Binder, Evictor, OpenRelease, ReleaseLog
 from extender.engine.requests import BindArgs, FilterArgs, FilterResult, PreemptArgs, PreemptResult
 from extender.gangs.ledger import GangLedger, Work
@@ -36,14 +36,16 @@ class Engine:
                  clock: Callable[[], float] = time.monotonic, release_log: ReleaseLog | None = None,
                  scheduler_names: frozenset[str] | None = None, answer_margin: float = 1.0,
                  may_act: Callable[[], bool] = lambda: True, time_left: Callable[[], float] = lambda: math.inf,
-                 waitlist: Waitlist | None = None) -> None:
+                 waitlist: Waitlist | None = None, quorum_wait_seconds: float = QUORUM_WAIT_SECONDS) -> None:
         """``evictor``: evicts the preemption victims the ledger chooses (None: nothing is evicted).
         ``waitlist``: the pods to wake when capacity frees, shared with the ledger (default: the
-        ledger's). The rest are ``Binding``'s settings."""
+        ledger's). ``quorum_wait_seconds``: ``Filtering``'s wait for a gang being created. The rest are
+        ``Binding``'s settings."""
         self.mirror = mirror
         self.cache = cache
         self.ledger = ledger
         self.filtering = Filtering(mirror, cache, ledger, waitlist or ledger.waitlist)
+        self.filtering.quorum_wait_seconds = quorum_wait_seconds
         self.binding = Binding(mirror, ledger, binder, bind_parallelism=bind_parallelism, clock=clock,
                                release_log=release_log, scheduler_names=scheduler_names,
                                answer_margin=answer_margin, may_act=may_act, time_left=time_left)
@@ -59,6 +61,11 @@ class Engine:
     def unseen(self) -> int:
         """Filter requests of gang members the pod watch had not delivered yet."""
         return self.filtering.unseen
+
+    @property
+    def quorum_waits(self) -> dict[str, int]:
+        """First filters of gangs still being created that waited for their quorum, by outcome (a copy)."""
+        return dict(self.filtering.quorum_waits)
 
     def close(self, wait: bool = False) -> None:
         self.binding.close(wait)

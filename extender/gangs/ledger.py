@@ -63,6 +63,7 @@ class FilterGate:
     steered: list[str] = field(default_factory=list)
     domain: Domain | None = None
     allowed: frozenset[str] | None = None
+    missing: tuple[GangKey, int] | None = None  # (gang, minCount): the engine may wait for the members (may_wait)
 
 
 class GangLedger:
@@ -211,7 +212,7 @@ class GangLedger:
 
     # ------------------------------------------------------------------------------ filter
     def filter_gate(self, facts: PodFacts, known: PodRecord | None, linked: bool, names: list[str],
-                    sweep_interval: float) -> FilterGate:
+                    sweep_interval: float, may_wait: bool = False) -> FilterGate:
         """A filter's gang half, one step: the sweep (at most every ``sweep_interval``; what it leaves the
         engine to do is queued: ``take_work``), then, for a gang member, the quorum gate and admission (a
         member that must wait is remembered to wake and told why), then its own reservation's verdicts on
@@ -220,7 +221,10 @@ class GangLedger:
         The pod is the mirror's (``known``, found by the request's uid), never the request's: whether it is
         a gang member, of which gang, what it asks for. A pod the request says is a member (``linked``) but
         the mirror has not seen is told to come back (its uid remembered, to wake it when the pod watch
-        delivers it), with nothing admitted, reserved, held or written for it."""
+        delivers it), with nothing admitted, reserved, held or written for it.
+
+        ``may_wait``: a member whose gang lacks only members gets ``missing`` set and nothing else done for
+        it (not remembered, not told why), so the engine can wait for them and ask again."""
         with self.lock:
             self.sweep(sweep_interval, release=True)
             if known is None and linked:
@@ -231,6 +235,9 @@ class GangLedger:
             if pod is None or gang is None:
                 return FilterGate(None, PASS)
             if not verdict.passes:
+                missing = self.members_missing(pod) if may_wait else None
+                if missing is not None:
+                    return FilterGate(gang, verdict, missing=missing)
                 if verdict.code is Code.WAIT_RESOLVABLE:
                     self.waitlist.block(pod)
                 self.note_waiting(pod, verdict)
@@ -254,6 +261,15 @@ class GangLedger:
             domain = self.placement.domain_of(gang)
             allowed = self.placement.nodes_in(domain) if domain is not None else None
             return FilterGate(gang, PASS, own, steered, domain, allowed)
+
+    def members_missing(self, pod: PodRecord) -> tuple[GangKey, int] | None:
+        """(gang, minCount) of member ``pod`` when its gang's policy is known and fewer than minCount members
+        exist: all the quorum gate waits for; None otherwise (no gang, no policy yet, or enough members)."""
+        with self.lock:
+            gang, policy = self.placement.gang_of(pod)
+            if gang is None or policy is None or self.mirror.member_count(gang) >= policy.min_count:
+                return None
+            return gang, policy.min_count
 
     def gate(self, pod: PodRecord) -> tuple[GangKey | None, Verdict]:
         """The pod's gang and whether it may be placed now: the quorum gate (its group is defined and

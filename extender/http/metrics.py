@@ -71,6 +71,13 @@ def _filter_metrics(rt: Runtime) -> Iterator[Metric]:
                               "Filter requests of gang members the pod watch had not delivered yet (each waited up to "
                               "0.1 s for it; one still not seen was told to come back and woken when it came)",
                               value=rt.engine.unseen)
+    waits = CounterMetricFamily("gang_extender_filter_quorum_waits",
+                                "First filters of gangs still being created that waited (up to 0.1 s, once per gang) "
+                                "for the rest of their quorum, by outcome: met (no unschedulable attempt) or timed_out",
+                                labels=["outcome"])
+    for outcome, count in rt.engine.quorum_waits.items():
+        waits.add_metric([outcome], count)
+    yield waits
     flushes = CounterMetricFamily("gang_extender_filter_cache_flushes",
                                   "Cache entries dropped, by reason", labels=["reason"])
     for reason in rt.cache.REASONS:

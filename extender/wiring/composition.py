@@ -114,7 +114,7 @@ def compose(settings: Settings, mode: str, binder_for: Callable[[ClusterMirror],
     engine = Engine(mirror, cache, ledger, binder_for(mirror), bind_parallelism=settings.bind_parallelism,
                     release_log=release_log, scheduler_names=served,
                     answer_margin=settings.bind_answer_margin_seconds, may_act=may_act, time_left=time_left,
-                    evictor=evictor)
+                    evictor=evictor, quorum_wait_seconds=settings.quorum_wait_seconds)
     runtime = Runtime(settings, mirror, cache, ledger, engine, events, waker, mode, status, journal=journal,
                       budgets=budgets, evictor=evictor, ungater=ungater,
                       asking=Asking(mirror, ledger, budgets, levels, sorted(served), leading=may_act))

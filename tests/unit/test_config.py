@@ -49,6 +49,7 @@ def test_field_names() -> None:
                                       "max_wait_seconds",  # issue 13
                                       "max_evictions_per_minute", "preemption",
                                       "bind_mode",  # issue 14
+                                      "quorum_wait_seconds",  # issue 29
                                       "metrics_address"]  # issue 16: the metrics-only listener
 
 

@@ -128,6 +128,51 @@ def test_quorum_counts_member_pods_until_min_count_exist(h: Harness) -> None:
     assert result.failed == {} and result.failed_unresolvable == {}
 
 
+def test_the_first_member_of_a_gang_being_created_waits_for_the_rest_instead_of_an_attempt(h: Harness) -> None:
+    """kube-scheduler pops a gang's first pod as soon as it exists; its siblings follow within milliseconds.
+    The first filter waits for them (outside the lock, so the pod watch can deliver them) and passes:
+    no unschedulable attempt, no back-off."""
+    nodes(h, NODES4)
+    members = gang_pods("train", 4)
+    h.add(coscheduling_podgroup("train", 4), members[0])
+    h.engine.filtering.quorum_wait_seconds = 60.0  # the siblings come when the filter waits, not on a clock
+
+    def create_the_rest() -> None:
+        wait_until(lambda: bool(h.mirror._member_waiters), timeout=60.0)
+        h.add(*members[1:])
+
+    adder = threading.Thread(target=create_the_rest)
+    adder.start()
+    result = h.engine.filter(filter_args(members[0], NODES4))
+    adder.join()
+    assert result.feasible == NODES4 and result.failed == {} and result.failed_unresolvable == {}
+    assert h.engine.quorum_waits == {"met": 1, "timed_out": 0}
+    assert h.engine.filter(filter_args(members[1], NODES4)).feasible  # the others pass without a wait
+    assert h.engine.quorum_waits == {"met": 1, "timed_out": 0}
+
+
+def test_a_gang_that_stays_short_waits_once_and_is_turned_away_as_before(h: Harness) -> None:
+    nodes(h, NODES4)
+    members = gang_pods("train", 4)
+    h.add(coscheduling_podgroup("train", 4), *members[:3])
+    h.engine.filtering.quorum_wait_seconds = 0.01
+    for member in members[:3]:
+        assert h.engine.filter(filter_args(member, NODES4)) == unresolvable(
+            NODES4, "waiting for gang default/train: 3/4 pods exist")
+    assert h.engine.quorum_waits == {"met": 0, "timed_out": 1}  # only the first filter waited
+    assert sorted(h.ledger.waitlist.take_rejected(next(iter(h.mirror.gangs())))) == sorted(
+        p["metadata"]["uid"] for p in members[:3])  # each turned-away member is woken when the quorum comes
+
+
+def test_a_gang_without_its_group_does_not_wait(h: Harness) -> None:
+    nodes(h, NODES4)
+    members = gang_pods("train", 4)
+    h.add(*members[:1])
+    h.engine.filtering.quorum_wait_seconds = 60.0  # a wait would hang the test
+    assert not h.engine.filter(filter_args(members[0], NODES4)).feasible
+    assert h.engine.quorum_waits == {"met": 0, "timed_out": 0}
+
+
 def test_quorum_ignores_terminal_members(h: Harness) -> None:
     nodes(h, NODES4)
     members = gang_pods("train", 3)

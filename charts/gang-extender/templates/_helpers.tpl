@@ -102,6 +102,7 @@ extenders:
 {{- include "gang-extender.flag" (list "max-wait-seconds" .Values.gang.maxWaitSeconds) }}
 {{- include "gang-extender.flag" (list "preemption" .Values.gang.preemption) }}
 {{- include "gang-extender.flag" (list "max-evictions-per-minute" .Values.gang.maxEvictionsPerMinute) }}
+{{- include "gang-extender.flag" (list "quorum-wait-seconds" .Values.gang.quorumWaitSeconds) }}
 {{- if ne .Values.gang.bindMode "barrier" }}
 - --bind-mode={{ .Values.gang.bindMode }}
 {{- end }}
