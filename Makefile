@@ -80,7 +80,7 @@ $(COMPILE_STAMP): $(STAMP) pyproject.toml
 	@touch $@
 
 compiled: $(COMPILE_STAMP)  # build/compiled: extender/ with the modules of extender/native.py's COMPILED as .so (mypyc, cc)
-	@command -v cc >/dev/null || bash -c '. hack/image/lib.sh && apt_ensure /usr/bin/gcc gcc'
+	@bash hack/ensure-compiler.sh $(BIN)/python
 	$(BIN)/python hack/compiled.py
 
 test-compiled: compiled  # tests/conftest.py refuses to run unless every compiled module imports as its .so

@@ -18,11 +18,19 @@ from extender.errors import ConfigError
 from extender.http import server
 
 
+class _Version(argparse.Action):
+    """``--version``: imports the hot-path modules only when asked (``explain`` needs none of them)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"gang-extender {native.package_version()} ({native.hot_path().summary()})")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gang-extender",
                                      description="kube-scheduler extender for gang scheduling")
-    parser.add_argument("--version", action="version", version=f"gang-extender {native.package_version()} "
-                                                               f"({native.hot_path().summary()})")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and how the hot path runs")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the extender verbs over HTTP (gunicorn, one worker)")
     config.add_arguments(serve)

@@ -5,16 +5,17 @@ and benchmarks' checks read it from here; docs/decisions/0005-compiled-hot-path.
 ``hot_path()``, which says for each whether the interpreter would load it from a C extension or from
 its ``.py`` (``gang-extender --version``, the ``gang_extender_build_info`` metric, the serve log's first line,
 the image's check), and the installed package's version.
-Must not: import anything of ``extender`` but its parent packages (``find_spec`` does that, to look up
-a submodule), nor run at import time anything beyond defining these; setup.py reads this file with
-``runpy`` before the package is installed.
+Must not: import anything of ``extender`` at import time (``hot_path()`` imports the listed modules when
+called: a compiled module that cannot load must fail there, at start, not at the first request), nor run
+at import time anything beyond defining these; setup.py reads this file with ``runpy`` before the
+package is installed.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.machinery
 import importlib.metadata
-import importlib.util
 from dataclasses import dataclass
 
 COMPILED: tuple[str, ...] = (
@@ -76,14 +77,13 @@ def package_version() -> str:
 
 
 def _is_native(module: str) -> bool:
-    spec = importlib.util.find_spec(module)
-    origin = spec.origin if spec is not None else None
-    return origin is not None and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    origin = importlib.import_module(module).__file__ or ""
+    return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
 
 def hot_path() -> HotPath:
-    """Where each module of ``COMPILED`` loads from, by the import system's own lookup (a module already
-    imported reports where it was loaded from)."""
+    """Where each module of ``COMPILED`` was loaded from, importing it first: a compiled module that cannot
+    load (its shared library missing, built for another Python) raises ImportError here."""
     flags = [(module, _is_native(module)) for module in COMPILED]
     return HotPath(native=tuple(m for m, native in flags if native),
                    interpreted=tuple(m for m, native in flags if not native))

@@ -63,7 +63,8 @@ def _read_body(verb: str) -> bytes:
         raise BodyTooLarge(f"request body larger than {cap} bytes") from None
 
 
-def _filter_args(body: Any, data: bytes) -> FilterArgs:
+def _filter_args(body: Any, data: bytes | None) -> FilterArgs:
+    """``data``: the body's bytes, for the filter's all-fit shortcut (protocol.node_names_text); None skips it."""
     caps = _caps()
     args = protocol.parse_filter_args(body, full_nodes=caps.full_nodes > 0, data=data)
     if args.nodes is None and (request.content_length or 0) > caps.names:  # the NodeNames form's own cap
@@ -118,8 +119,8 @@ def filter_() -> Response:
 
 @bp.post("/prioritize")
 def prioritize() -> Response:
-    def handle(body: Any, data: bytes) -> Any:
-        args = _filter_args(body, data)
+    def handle(body: Any, _data: bytes) -> Any:
+        args = _filter_args(body, None)  # prioritize has no use for the NodeNames text
         return protocol.render_priorities(_ext().runtime.engine.prioritize(args))
     return _serve("prioritize", handle, lambda message: [])
 

@@ -8,6 +8,7 @@ load compiled (a wheel for another Python beside its ``.py``) must say ``partial
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import os
 import runpy
 from pathlib import Path
@@ -58,3 +59,18 @@ def test_version_says_the_package_and_the_hot_path(capsys: pytest.CaptureFixture
     assert out == (f"gang-extender {native.package_version()} "
                    f"(hot path: {SESSION_BUILD} ({expected} of {EVERY} modules native))")
     assert native.package_version() != "unknown"  # the test environment installs the package (pip -e)
+
+
+def test_a_compiled_module_that_cannot_load_fails_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken install (a shared library missing or built for another Python) must fail where the build
+    and the start ask, not read as compiled and fail at the first request."""
+    package = tmp_path / "brokenbuild"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "hot.py").write_text("VALUE = 1\n")
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (package / f"hot{suffix}").write_bytes(b"not an ELF object")  # preferred over hot.py, and cannot load
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(native, "COMPILED", ("brokenbuild.hot",))
+    with pytest.raises(ImportError):
+        native.hot_path()
