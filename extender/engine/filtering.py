@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from cachetools import TTLCache
@@ -66,6 +68,14 @@ the scheduling cycle that long, but spares the member an unschedulable attempt a
 in-tree plugin parks such pods before any attempt; an extender cannot). Once per gang per
 ``QUORUM_WAITED_SECONDS``, so a gang that will not complete costs the scheduler at most this once."""
 
+QUORUM_WAIT_SHARE = 0.25
+QUORUM_WAIT_BURST = 1.0
+"""The quorum waits' budget: over time at most ``QUORUM_WAIT_SHARE`` of the wall clock, and at most
+``QUORUM_WAIT_BURST`` seconds back to back. Any pod can make a gang that never completes (the annotation
+form needs no group object), so without it a flood of such gangs would stall kube-scheduler 0.1 s each;
+with it they cost at most a quarter of its time, and a wait beyond the budget is skipped (the member is
+turned away as without waits). A paced stream of 12 gangs a second used about 0.1 s per second."""
+
 QUORUM_WAITED_SECONDS = 60.0
 QUORUM_WAITED_GANGS = 10_000
 """Gangs remembered as having waited (each waits once in ``QUORUM_WAITED_SECONDS``); the oldest go first."""
@@ -75,15 +85,20 @@ QUORUM_WAITED_GANGS = 10_000
 class Filtering:
     """The filter and prioritize verbs over the mirror, the filter cache and the ledger."""
 
-    def __init__(self, mirror: ClusterMirror, cache: FilterCache, ledger: GangLedger, waitlist: Waitlist) -> None:
+    def __init__(self, mirror: ClusterMirror, cache: FilterCache, ledger: GangLedger, waitlist: Waitlist,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.mirror = mirror
         self.cache = cache
         self.ledger = ledger
         self.waitlist = waitlist
         self.steered = 0  # filter requests answered with the nodes of the member's own reservation
         self.unseen = 0  # filter requests of gang members the pod watch had not delivered yet
-        self.quorum_waits = {"met": 0, "timed_out": 0}  # first filters of gangs still being created, by outcome
+        # first filters of gangs still being created, by outcome (over_budget: not waited, QUORUM_WAIT_SHARE)
+        self.quorum_waits = {"met": 0, "timed_out": 0, "over_budget": 0}
         self.quorum_wait_seconds = QUORUM_WAIT_SECONDS
+        self._clock = clock
+        self._wait_level = 0.0  # seconds of waiting charged, draining at QUORUM_WAIT_SHARE per second
+        self._wait_level_at = clock()
         self._quorum_waited: TTLCache[GangKey, bool] = TTLCache(QUORUM_WAITED_GANGS, QUORUM_WAITED_SECONDS)
         self._quorum_waited_lock = threading.Lock()
 
@@ -109,6 +124,7 @@ class Filtering:
                 result, entry = self._answer(args, facts, gate, key, known)
         if gate.missing is not None:  # the first member of a gang still being created: wait for the rest
             self._await_members(*gate.missing)
+            known = self.mirror.pod_by_uid(facts.uid)  # as it is now (deleted meanwhile: None, and told so)
             with self.mirror.lock:
                 gate = self.ledger.filter_gate(facts, known, linked, args.node_names, FILTER_SWEEP_INTERVAL)
                 result, entry = self._answer(args, facts, gate, key, known)
@@ -132,6 +148,11 @@ class Filtering:
             self.waitlist.block(known)
         return result, entry
 
+    def quorum_wait_counts(self) -> dict[str, int]:
+        """``quorum_waits``, copied under its lock."""
+        with self._quorum_waited_lock:
+            return dict(self.quorum_waits)
+
     def _may_wait(self, gang: GangKey) -> bool:
         with self._quorum_waited_lock:
             return gang not in self._quorum_waited
@@ -139,12 +160,23 @@ class Filtering:
     def _await_members(self, gang: GangKey, min_count: int) -> None:
         """Wait up to ``quorum_wait_seconds`` for ``gang`` to have ``min_count`` members, once per gang
         (outside every lock: the pod watch must deliver them meanwhile)."""
+        wait = self.quorum_wait_seconds
         with self._quorum_waited_lock:
             if gang in self._quorum_waited:  # another thread's filter of the same gang waited just now
                 return
             self._quorum_waited[gang] = True
-        met = self.mirror.wait_for_members(gang, min_count, self.quorum_wait_seconds)
-        self.quorum_waits["met" if met else "timed_out"] += 1
+            now = self._clock()
+            self._wait_level = max(0.0, self._wait_level - (now - self._wait_level_at) * QUORUM_WAIT_SHARE)
+            self._wait_level_at = now
+            if self._wait_level + wait > max(QUORUM_WAIT_BURST, wait):  # (one longer wait when none is charged)
+                self.quorum_waits["over_budget"] += 1
+                return
+            self._wait_level += wait  # charged in full now, what was not used refunded after
+        started = time.monotonic()
+        met = self.mirror.wait_for_members(gang, min_count, wait)
+        with self._quorum_waited_lock:
+            self._wait_level -= max(0.0, wait - (time.monotonic() - started))
+            self.quorum_waits["met" if met else "timed_out"] += 1
 
     def _node_verdicts(self, args: FilterArgs, facts: PodFacts, gate: FilterGate,
                        key: bytes | None) -> tuple[FilterResult, NodeVerdicts | None]:

@@ -44,7 +44,7 @@ class Engine:
         self.mirror = mirror
         self.cache = cache
         self.ledger = ledger
-        self.filtering = Filtering(mirror, cache, ledger, waitlist or ledger.waitlist)
+        self.filtering = Filtering(mirror, cache, ledger, waitlist or ledger.waitlist, clock)
         self.filtering.quorum_wait_seconds = quorum_wait_seconds
         self.binding = Binding(mirror, ledger, binder, bind_parallelism=bind_parallelism, clock=clock,
                                release_log=release_log, scheduler_names=scheduler_names,
@@ -65,7 +65,7 @@ class Engine:
     @property
     def quorum_waits(self) -> dict[str, int]:
         """First filters of gangs still being created that waited for their quorum, by outcome (a copy)."""
-        return dict(self.filtering.quorum_waits)
+        return self.filtering.quorum_wait_counts()
 
     def close(self, wait: bool = False) -> None:
         self.binding.close(wait)

@@ -72,8 +72,10 @@ def _filter_metrics(rt: Runtime) -> Iterator[Metric]:
                               "0.1 s for it; one still not seen was told to come back and woken when it came)",
                               value=rt.engine.unseen)
     waits = CounterMetricFamily("gang_extender_filter_quorum_waits",
-                                "First filters of gangs still being created that waited (up to 0.1 s, once per gang) "
-                                "for the rest of their quorum, by outcome: met (no unschedulable attempt) or timed_out",
+                                "First filters of gangs still being created that waited (--quorum-wait-seconds, once "
+                                "per gang) for the rest of their quorum, by outcome: met (the members came: the gate "
+                                "was asked again), timed_out, or over_budget (not waited: waits took a quarter of "
+                                "the time)",
                                 labels=["outcome"])
     for outcome, count in rt.engine.quorum_waits.items():
         waits.add_metric([outcome], count)

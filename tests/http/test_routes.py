@@ -556,6 +556,8 @@ def test_metrics(client: FlaskClient) -> None:
     assert "gang_extender_mirror_pods 4.0" in text
     assert "gang_extender_filter_cache_misses_total 1.0" in text
     assert "gang_extender_filter_steered_total 0.0" in text
+    for outcome in ("met", "timed_out", "over_budget"):
+        assert f'gang_extender_filter_quorum_waits_total{{outcome="{outcome}"}} 0.0' in text
     hot_path = native.hot_path()
     assert (f'gang_extender_build_info{{hot_path="{hot_path.build}",native_modules="{len(hot_path.native)}",'
             f'version="{native.package_version()}"}} 1.0') in text

@@ -339,3 +339,25 @@ def test_explain_publish_seconds_is_off_or_a_sane_interval(value: str) -> None:
     assert load({"explain_publish_seconds": "0"}, {}).explain_publish_seconds == 0
     with pytest.raises(ConfigError, match="explain-publish-seconds"):
         load({"explain_publish_seconds": value}, {})
+
+
+QUORUM_WAIT_PROBLEM = "quorum-wait-seconds must be 0..1 and at most a tenth of scheduler-http-timeout-seconds, got "
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    ({"quorum_wait_seconds": "-0.1"}, QUORUM_WAIT_PROBLEM + "-0.1"),
+    ({"quorum_wait_seconds": "nan"}, QUORUM_WAIT_PROBLEM + "nan"),
+    ({"quorum_wait_seconds": "1.5"}, QUORUM_WAIT_PROBLEM + "1.5"),
+    ({"quorum_wait_seconds": "0.5", "scheduler_http_timeout_seconds": "2"}, QUORUM_WAIT_PROBLEM + "0.5"),
+])
+def test_the_quorum_wait_stays_well_inside_the_schedulers_timeout(args: dict[str, str], problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(args, {})
+    assert caught.value.problems == [problem]
+
+
+def test_the_quorum_wait_defaults_and_may_be_off() -> None:
+    assert Settings().quorum_wait_seconds == 0.1
+    assert load({"quorum_wait_seconds": "0"}, {}).quorum_wait_seconds == 0.0
+    assert load({}, {"GANG_EXTENDER_QUORUM_WAIT_SECONDS": "1", "GANG_EXTENDER_SCHEDULER_HTTP_TIMEOUT_SECONDS": "10"}
+                ).quorum_wait_seconds == 1.0
