@@ -255,9 +255,11 @@ def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0,
                 filter_gated: bool = False, hold_seconds: float = 29.0, max_held_binds: int | None = None,
                 max_release_members: int | None = None, scheduler_names: frozenset[str] | None = None,
                 may_act: Callable[[], bool] = lambda: True, real_clock: bool = False,
-                lock: Any = None, time_left: Callable[[], float] = lambda: float("inf")) -> Harness:
+                lock: Any = None, time_left: Callable[[], float] = lambda: float("inf"),
+                quorum_wait_seconds: float = 0.0) -> Harness:
     """Mirror + FilterCache + GangLedger(fake clock, event log) + Engine(fake binder); ``real_clock``: the
-    ledger and the engine read ``time.monotonic`` instead (the harness's clock is then not theirs)."""
+    ledger and the engine read ``time.monotonic`` instead (the harness's clock is then not theirs).
+    ``quorum_wait_seconds``: 0, no filter waits for a gang being created (the tests of that wait set it)."""
     clock = clock or FakeClock()
     mirror = ClusterMirror(lock)
     cache = FilterCache(cache_size, cache_ttl)
@@ -277,7 +279,8 @@ def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0,
     if bind_to_mirror:
         binder.mirror = mirror
     engine = Engine(mirror, cache, ledger, binder, bind_parallelism=bind_parallelism, clock=now,
-                    release_log=release_log, scheduler_names=scheduler_names, may_act=may_act, time_left=time_left)
+                    release_log=release_log, scheduler_names=scheduler_names, may_act=may_act, time_left=time_left,
+                    quorum_wait_seconds=quorum_wait_seconds)
     return Harness(mirror, cache, ledger, engine, binder, clock, events, woken, statuses)
 
 
