@@ -70,8 +70,9 @@ in-tree plugin parks such pods before any attempt; an extender cannot). Once per
 
 QUORUM_WAIT_SHARE = 0.25
 QUORUM_WAIT_BURST = 1.0
-"""The quorum waits' budget: over time at most ``QUORUM_WAIT_SHARE`` of the wall clock, and at most
-``QUORUM_WAIT_BURST`` seconds back to back. Any pod can make a gang that never completes (the annotation
+"""The quorum waits' budget: a charge of at most ``QUORUM_WAIT_BURST`` seconds of waiting that drains at
+``QUORUM_WAIT_SHARE`` per second, so in the long run at most a quarter of the wall clock (about 1.3 s
+back to back, as it drains while they run). Any pod can make a gang that never completes (the annotation
 form needs no group object), so without it a flood of such gangs would stall kube-scheduler 0.1 s each;
 with it they cost at most a quarter of its time, and a wait beyond the budget is skipped (the member is
 turned away as without waits). A paced stream of 12 gangs a second used about 0.1 s per second."""
