@@ -120,6 +120,8 @@ class GangLedger:
                 record.turn.priority, record.turn.waiting_since = entry.priority, entry.waiting_since
                 if entry.never_fits:
                     record.plans.never_fits = Verdict(Code.WAIT_UNRESOLVABLE, entry.never_fits)
+                if record.turn.waiting_since is not None:
+                    self.registry.mark_waiting(record)
                 self.registry.mark_busy(record)
                 held = entry.reserved
                 if held is not None:

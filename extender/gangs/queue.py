@@ -83,7 +83,7 @@ class GangQueue:
         turn = record.turn
         if turn.waiting_since is None:
             turn.waiting_since = now
-        self.registry.mark_busy(record)
+        self.registry.mark_waiting(record)
         turn.priority, problem = order.gang_priority(record.policy.order, members)
         own = record.policy.order.problem if record.policy.order is not None else ""
         turn.problem = "; ".join(p for p in (own, problem) if p)
@@ -95,8 +95,8 @@ class GangQueue:
     def _candidates(self) -> list[GangRecord]:
         """Waiting gangs, unordered (a gang that lost its quorum leaves the queue)."""
         waiting = []
-        for record in self.registry.busy():
-            if record.admitted or record.turn.waiting_since is None or record.plans.never_fits is not None:
+        for record in self.registry.waiting_turn():
+            if record.admitted or record.plans.never_fits is not None:
                 continue
             if self.mirror.member_count(record.key) < record.policy.min_count:
                 record.turn.waiting_since = None
@@ -171,8 +171,8 @@ class GangQueue:
     def end_stale_drains(self, head: GangRecord | None) -> list[Effect]:
         """Only the head drains: the drains of gangs no longer first end."""
         effects: list[Effect] = []
-        for record in self.registry.busy():
-            if (record.draining or record.preempting) and record is not head:
+        for record in self.registry.draining():
+            if record is not head:
                 effects += self.attempts.end_drain(record, "it is no longer first in the admission order")
         return effects
 

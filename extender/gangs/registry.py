@@ -1,15 +1,17 @@
 """GangRegistry: the gang records, and the one apply step that performs the ledger's decisions (no I/O).
 
-Owns: the record of every gang the ledger acts for (``GangRecord``) and the subset that may have work
-for the clock or the queue (``busy``, kept so that per-request walks do not grow with every gang ever
-seen); when the next thing a sweep acts on falls due (``due_by``); the gangs another binder bound a
-member of (``note_bound``, for the filter-gated mode to follow); the members of a release a previous
-leader left open (``approved``); the work queued for the engine (quorums to bind, evictions:
-``take_work``); the counters; and ``apply``, the only code that changes what a record holds (its
-reservation and holds) and, in the same step, the mirror's view of it (the reserved capacity, the pods
-assumed on nodes), the threads waiting on holds, and what users are told (through the callbacks it is
-given: Events, wake-ups, quorum gates removed, status). Must not: decide anything, call the API server
-or block (the callbacks only queue).
+Owns: the record of every gang the ledger acts for (``GangRecord``) and three subsets kept so that
+per-request walks do not grow with every gang ever seen, nor with the gangs holding binds: those that
+may have work for the clock or the queue (``busy``), those waiting their turn in the admission order
+(``waiting_turn``) and those holding a draining or preempting reservation (``draining``); when the next
+thing a sweep acts on falls due (``due_by``); the gangs another binder bound a member of
+(``note_bound``, for the filter-gated mode to follow); the members of a release a previous leader left
+open (``approved``); the work queued for the engine (quorums to bind, evictions: ``take_work``); the
+counters; and ``apply``, the only code that changes what a record holds (its reservation and holds) and,
+in the same step, the mirror's view of it (the reserved capacity, the pods assumed on nodes), the
+threads waiting on holds, and what users are told (through the callbacks it is given: Events, wake-ups,
+quorum gates removed, status). Must not: decide anything, call the API server or block (the callbacks
+only queue).
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class GangRegistry:
         self.counters: Counter[str] = Counter(dict.fromkeys(COUNTERS, 0))
         self._records: dict[GangKey, GangRecord] = {}
         self._busy: dict[GangKey, GangRecord] = {}
+        self._waiting: dict[GangKey, GangRecord] = {}  # a superset of those waiting their turn
+        self._draining: dict[GangKey, GangRecord] = {}  # a superset of those draining or preempting
         self._next_due = float("-inf")
         self._bound: set[GangKey] = set()
         self._approved: set[str] = set()
@@ -94,6 +98,8 @@ class GangRegistry:
         """Forget a gang with nothing held or reserved (its members are gone)."""
         del self._records[record.key]
         self._busy.pop(record.key, None)
+        self._waiting.pop(record.key, None)
+        self._draining.pop(record.key, None)
 
     def all(self) -> list[GangRecord]:
         return list(self._records.values())
@@ -113,9 +119,36 @@ class GangRegistry:
             del self._busy[gang]
         return list(self._busy.values())
 
+    def mark_waiting(self, record: GangRecord) -> None:
+        """``record`` starts waiting its turn (its ``turn.waiting_since`` was just set): called wherever that
+        is set, so the queue walks the waiting gangs only, not every gang holding binds. (A gang that loses
+        its admission waits again: ``apply`` marks it as it takes the reservation away.)"""
+        self._waiting[record.key] = self._busy[record.key] = record
+
+    def waiting_turn(self) -> list[GangRecord]:
+        """The gangs waiting their turn: ``turn.waiting_since`` set and not admitted (an admitted gang keeps
+        its ``waiting_since`` until it completes); those that stopped leave the set here."""
+        return self._current(self._waiting, _waits_turn)
+
+    def draining(self) -> list[GangRecord]:
+        """The gangs holding a draining or preempting reservation (``apply`` keeps the set as it reserves)."""
+        return self._current(self._draining, lambda record: record.draining or record.preempting)
+
+    def _current(self, subset: dict[GangKey, GangRecord], still: Callable[[GangRecord], bool]) -> list[GangRecord]:
+        """The members of ``subset`` that are still this registry's records and ``still`` hold; the rest
+        leave it."""
+        gone = [g for g, r in subset.items() if self._records.get(g) is not r or not still(r)]
+        for gang in gone:
+            del subset[gang]
+        return list(subset.values())
+
     def rebuild_busy(self) -> None:
-        """Find the unsettled gangs among all (the full sweep's safety net for a mark missed)."""
-        self._busy = {g: r for g, r in self._records.items() if not r.settled}
+        """Find the unsettled, waiting and draining gangs among all (the full sweep's safety net for a mark
+        missed)."""
+        records = self._records.items()
+        self._busy = {g: r for g, r in records if not r.settled}
+        self._waiting = {g: r for g, r in records if _waits_turn(r)}
+        self._draining = {g: r for g, r in records if r.draining or r.preempting}
 
     def due_by(self, when: float) -> float:
         """Something a sweep acts on falls due at ``when`` (a deadline, a held bind's answer, the end of a
@@ -211,8 +244,17 @@ class GangRegistry:
 
     def _reserve(self, record: GangRecord, reservation: Reservation | None) -> None:
         record.reservation = reservation
+        if _waits_turn(record):
+            self._waiting[record.key] = record
         if reservation is None:
             self.mirror.set_reservation(record.key, ())
         else:
             self.mirror.set_reservation(record.key, reservation.slots, reservation.holds_off)
             self.mark_busy(record)
+            if record.draining or record.preempting:
+                self._draining[record.key] = record
+
+
+def _waits_turn(record: GangRecord) -> bool:
+    """Whether the gang waits its turn in the admission order: complete, not admitted."""
+    return record.turn.waiting_since is not None and not record.admitted

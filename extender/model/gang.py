@@ -10,7 +10,7 @@ anything but the stdlib.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class GroupKind(enum.StrEnum):
@@ -33,6 +33,18 @@ class GroupRef:
     namespace: str
     name: str
     pod_group: str = ""
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.kind.value, self.namespace, self.name, self.pod_group)))
+
+    def __hash__(self) -> int:
+        """Computed once: group and gang keys are looked up in dicts on every request."""
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[GroupRef], tuple[GroupKind, str, str, str]]:
+        """Pickled as its fields: another process hashes strings differently."""
+        return GroupRef, (self.kind, self.namespace, self.name, self.pod_group)
 
     def __str__(self) -> str:
         base = f"{self.namespace}/{self.name}"
@@ -45,6 +57,17 @@ class GangKey:
 
     group: GroupRef
     replica: str = ""
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.group, self.replica)))
+
+    def __hash__(self) -> int:
+        """Computed once, as ``GroupRef``'s."""
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[GangKey], tuple[GroupRef, str]]:
+        return GangKey, (self.group, self.replica)
 
     def __str__(self) -> str:
         return f"{self.group}[{self.replica}]" if self.replica else str(self.group)

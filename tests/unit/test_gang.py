@@ -287,3 +287,29 @@ def test_consume_slot_shrinks_a_plan_one_by_one() -> None:
         consume_slot(slots, landed, WORKER)
         assert len(slots) == before - 1
     assert slots == []
+
+
+def test_keys_hash_once_and_like_their_fields() -> None:
+    """Group and gang keys keep their hash (they are looked up on every request): equal keys made apart
+    hash alike and find each other, a changed copy hashes anew, and a pickled key finds its equal in a
+    process whose string hashes differ."""
+    import dataclasses
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    again = GangKey(GroupRef(GroupKind.WORKLOAD, "default", "training", "workers"), "1")
+    assert again == WORKERS_1 and hash(again) == hash(WORKERS_1) and {WORKERS_1: 1}[again] == 1
+    assert hash(again.group) == hash(WORKERS.group) and again.group is not WORKERS.group
+    other = dataclasses.replace(WORKERS_1, replica="2")
+    assert other != WORKERS_1 and {WORKERS_1: 1}.get(other) is None and hash(other) == hash(GangKey(WORKERS.group, "2"))
+    assert {PG: 1, ANNOTATED: 2, WORKERS: 3, WORKERS_1: 4, WHOLE_WORKLOAD: 5}[pickle.loads(pickle.dumps(PG))] == 1
+    found = subprocess.run(
+        [sys.executable, "-c", "import pickle, sys\n"
+         "from extender.model.gang import GangKey, GroupKind, GroupRef\n"
+         "key = pickle.loads(sys.stdin.buffer.read())\n"
+         "print({GangKey(GroupRef(GroupKind.WORKLOAD, 'default', 'training', 'workers'), '1'): 'found'}.get(key))"],
+        input=pickle.dumps(WORKERS_1), capture_output=True, check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
+    assert found.strip() == b"found"

@@ -314,3 +314,79 @@ def test_a_hold_that_times_out_while_its_gang_drains_does_not_start_a_second_dra
         assert (counters["drains_started"], counters["drains_ended"]) == (1, 1)
     finally:
         h.close()
+
+
+def test_a_gang_whose_admission_timed_out_waits_its_turn_again_without_a_filter_of_its_own() -> None:
+    """The queue walks only the gangs waiting their turn (``registry.waiting_turn``), which leave that set
+    while admitted: a gang whose admission ends (here, its attempt timed out) is back in the order, ahead
+    of a younger gang, before any member of its own is filtered again."""
+    w = World()
+    old, old_policy, _ = w.gang("old", 4, "3")
+    assert w.ledger.admit(old, old_policy) == PASS  # all four nodes reserved for it
+    w.clock.advance(1)
+    young, young_policy, _ = w.gang("young", 4, "3")
+    assert w.ledger.admit(young, young_policy) != PASS
+    view = w.ledger.view.order_view(young)
+    assert view is not None and view["position"] == 1  # old is admitted: out of the queue
+    w.clock.advance(31)
+    w.ledger.sweep(0.05)  # a filter's sweep (not the tick's full one): old's attempt times out, it backs off
+    assert not w.admitted(old) and w.ledger.view.counters()["timeouts"] == 1
+    view = w.ledger.view.order_view(young)
+    assert view is not None and view["position"] == 2 and view["ahead"][0]["gang"] == str(old)
+
+
+def test_the_full_sweep_finds_a_waiting_gang_that_no_step_marked() -> None:
+    """The safety net of the waiting set, as of the busy set: a gang waiting its turn behind the queue's
+    back is not in the order until the tick's full sweep finds it."""
+    w = World()
+    for n in NODES:
+        w.running(f"hog-{n}", "3", n)
+    old, old_policy, _ = w.gang("old", 4, "3")
+    assert w.ledger.admit(old, old_policy) != PASS
+    w.clock.advance(1)
+    young, young_policy, _ = w.gang("young", 4, "3")
+    assert w.ledger.admit(young, young_policy) != PASS
+    w.ledger.registry._waiting.pop(old)  # as if joining had not marked it
+    view = w.ledger.view.order_view(young)
+    assert view is not None and view["position"] == 1
+    w.ledger.sweep()
+    view = w.ledger.view.order_view(young)
+    assert view is not None and view["position"] == 2 and view["ahead"][0]["gang"] == str(old)
+
+
+def test_the_full_sweep_finds_a_draining_gang_that_no_step_marked() -> None:
+    """The same safety net for the draining set: a drain the registry lost track of is not ended when its
+    gang leaves the head, until the tick's full sweep finds it."""
+    w = World(max_wait=10)
+    for n in NODES:
+        w.running(f"hog-{n}", "2", n)
+    low, low_policy, _ = w.gang("low", 4, "3")
+    assert w.ledger.admit(low, low_policy) != PASS
+    w.clock.advance(11)
+    w.ledger.sweep()
+    assert w.mirror.reserved_nodes(low)
+    w.ledger.registry._draining.pop(low)  # as if reserving had not marked it
+    high, high_policy, _ = w.gang("high", 4, "3", priority=10)
+    assert w.ledger.admit(high, high_policy) != PASS
+    assert w.mirror.reserved_nodes(low)  # not found: left draining
+    w.clock.advance(1)
+    w.ledger.sweep()
+    assert not w.mirror.reserved_nodes(low)
+
+
+def test_a_waiting_gang_taken_from_the_leaders_state_keeps_its_place_in_the_order() -> None:
+    """A scratch ledger (the fit oracle's what-if) adopting the leader's state: a gang the leader has
+    waiting, with nothing reserved, is in the order ahead of a younger gang asked about."""
+    from extender.gangs.state import GangEntry, LedgerState
+
+    w = World()
+    for n in NODES:
+        w.running(f"hog-{n}", "3", n)
+    old, _, _ = w.gang("old", 4, "3")
+    young, young_policy, _ = w.gang("young", 4, "3")
+    scratch = GangLedger(w.mirror, GangSettings(timeout_seconds=30.0, max_wait_seconds=60.0), clock=w.clock)
+    waited = w.clock() - 5
+    scratch.adopt(LedgerState(w.clock(), (GangEntry(old, 0, waited, "", None),), {}, (), False, (), None, None, 60.0))
+    assert scratch.admit(young, young_policy) != PASS
+    view = scratch.view.order_view(young)
+    assert view is not None and view["position"] == 2 and view["ahead"][0]["gang"] == str(old)
