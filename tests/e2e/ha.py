@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controlplane import ControlPlane, wait_for
+from controlplane import ApiError, ControlPlane, wait_for
 from observe import Binding, PodWatch
 from pairs import SCHEDULER_LEASE, Feeder, LeaseState, Log, Pair, lease, scheduler_election
 from support import overcommitted_nodes, pods
@@ -100,10 +100,7 @@ def leader_kills(cp: ControlPlane, ns: str, workdir: Path, *, kills: int, seed: 
                                    election=election, unplanned=unplanned, log=log)
                 done.append(kill)
             feeder.stop()
-            live = feeder.live()
-            wanted = [m for name, size in live.items() for m in _members(name, size, feeder.plain)]
-            watch.wait(lambda w: all(m in w.bindings for m in wanted), timeout=converge_seconds,
-                       what=f"all {len(wanted)} live pods bound")
+            _converge(watch, feeder, converge_seconds, log)
             ended = time.monotonic()
             time.sleep(1.0)
     finally:
@@ -115,6 +112,28 @@ def leader_kills(cp: ControlPlane, ns: str, workdir: Path, *, kills: int, seed: 
                    pair_starts={p.label: p.starts for p in pairs}, extender_election=election,
                    watch_error=watch.error)
     return figures
+
+
+def _converge(watch: PodWatch, feeder: Feeder, seconds: float, log: Log) -> None:
+    """Until every live gang and plain pod is bound, else AssertionError after ``seconds``. The feeder
+    creates work even when nothing whole can be deleted (while a takeover holds scheduling up), so the
+    live pods may request more than the nodes hold when it stops: the oldest whole gangs and bound plain
+    pods are still deleted to make room, as the feeder does, so the last gangs can be placed."""
+    deadline = time.monotonic() + seconds
+    while True:
+        wanted = [m for name, size in feeder.live().items() for m in _members(name, size, feeder.plain)]
+        try:
+            watch.wait(lambda w, wanted=wanted: all(m in w.bindings for m in wanted),
+                       timeout=min(2.0, max(deadline - time.monotonic(), 0.1)),
+                       what=f"all {len(wanted)} live pods bound")
+            return
+        except AssertionError:
+            if time.monotonic() >= deadline or watch.error:
+                raise
+        try:
+            feeder.make_room()
+        except ApiError as exc:  # the next round tries again
+            log(f"[ha] making room at the end: {exc}")
 
 
 def _members(name: str, size: int, plain: Sequence[str]) -> list[str]:

@@ -171,7 +171,7 @@ class Feeder:
         n = 0
         while not self._stop.is_set():
             try:
-                self._make_room()
+                self.make_room()
                 self._create(n)
             except Exception as exc:  # reported through .errors, the run goes on
                 self.errors.append(f"{type(exc).__name__}: {exc}")
@@ -193,8 +193,10 @@ class Feeder:
         for member in members:
             self.cp.request("POST", f"/api/v1/namespaces/{self.ns}/pods", member)
 
-    def _make_room(self) -> None:
-        """Delete the oldest whole gangs / bound plain pods while the live pods request more than the target."""
+    def make_room(self) -> None:
+        """Delete the oldest whole gangs / bound plain pods while the live pods request more than the target.
+        Nothing whole to delete (a takeover under way): the thread creates work anyway, so the live pods may
+        request more than the nodes hold; ``make_room`` after ``stop`` lets the last of them be placed."""
         requested = sum(size for _, size in self._live) * self.pod_cpu
         if requested + 6 * self.pod_cpu <= self.target_cpu:
             return
