@@ -199,7 +199,7 @@ class Admission:
     # ------------------------------------------------------------------- the barrier's budget
     def held_demand(self) -> int:
         """Binds that gangs may hold at once: held now, plus reserved members still to come."""
-        return sum(len(r.waiting()) + (r.reserved if r.admitted else 0) for r in self.registry.busy())
+        return sum(len(r.waiting()) + (r.reserved if r.admitted else 0) for r in self.registry.holding())
 
     def barrier_room(self, gang: GangKey, needed: int) -> Verdict | None:
         """None when the gang's ``needed`` held binds fit the thread budget beside gangs in flight."""

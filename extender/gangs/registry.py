@@ -1,9 +1,10 @@
 """GangRegistry: the gang records, and the one apply step that performs the ledger's decisions (no I/O).
 
-Owns: the record of every gang the ledger acts for (``GangRecord``) and three subsets kept so that
-per-request walks do not grow with every gang ever seen, nor with the gangs holding binds: those that
-may have work for the clock or the queue (``busy``), those waiting their turn in the admission order
-(``waiting_turn``) and those holding a draining or preempting reservation (``draining``); when the next
+Owns: the record of every gang the ledger acts for (``GangRecord``) and four subsets kept so that
+per-request walks do not grow with every gang ever seen, nor with every gang not yet placed: those that
+may have work for the clock or the queue (``busy``), those holding binds or admitted (``holding``), those
+waiting their turn in the admission order (``waiting_turn``) and those holding a draining or preempting
+reservation (``draining``); when the next
 thing a sweep acts on falls due (``due_by``); the gangs another binder bound a member of
 (``note_bound``, for the filter-gated mode to follow); the members of a release a previous leader left
 open (``approved``); the work queued for the engine (quorums to bind, evictions: ``take_work``); the
@@ -74,6 +75,7 @@ class GangRegistry:
         self.counters: Counter[str] = Counter(dict.fromkeys(COUNTERS, 0))
         self._records: dict[GangKey, GangRecord] = {}
         self._busy: dict[GangKey, GangRecord] = {}
+        self._holding: dict[GangKey, GangRecord] = {}  # a superset of those holding binds or admitted
         self._waiting: dict[GangKey, GangRecord] = {}  # a superset of those waiting their turn
         self._draining: dict[GangKey, GangRecord] = {}  # a superset of those draining or preempting
         self._next_due = float("-inf")
@@ -98,6 +100,7 @@ class GangRegistry:
         """Forget a gang with nothing held or reserved (its members are gone)."""
         del self._records[record.key]
         self._busy.pop(record.key, None)
+        self._holding.pop(record.key, None)
         self._waiting.pop(record.key, None)
         self._draining.pop(record.key, None)
 
@@ -118,6 +121,11 @@ class GangRegistry:
         for gang in gone:
             del self._busy[gang]
         return list(self._busy.values())
+
+    def holding(self) -> list[GangRecord]:
+        """The gangs holding binds at the barrier or admitted (``apply`` keeps the set as it holds and
+        reserves: the only code that does either); those that stopped leave the set here."""
+        return self._current(self._holding, _holds)
 
     def mark_waiting(self, record: GangRecord) -> None:
         """``record`` starts waiting its turn (its ``turn.waiting_since`` was just set): called wherever that
@@ -143,10 +151,11 @@ class GangRegistry:
         return list(subset.values())
 
     def rebuild_busy(self) -> None:
-        """Find the unsettled, waiting and draining gangs among all (the full sweep's safety net for a mark
-        missed)."""
+        """Find the unsettled, holding, waiting and draining gangs among all (the full sweep's safety net for
+        a mark missed)."""
         records = self._records.items()
         self._busy = {g: r for g, r in records if not r.settled}
+        self._holding = {g: r for g, r in records if _holds(r)}
         self._waiting = {g: r for g, r in records if _waits_turn(r)}
         self._draining = {g: r for g, r in records if r.draining or r.preempting}
 
@@ -210,7 +219,7 @@ class GangRegistry:
             case HoldAt(record, hold):
                 record.holds[hold.pod.uid] = hold
                 self.mirror.assume(hold.pod.uid, hold.node)
-                self.mark_busy(record)
+                self._holding[record.key] = self._busy[record.key] = record
             case Answer(record, hold, result, bound):
                 if not bound:
                     self.mirror.forget(hold.pod.uid)
@@ -251,8 +260,15 @@ class GangRegistry:
         else:
             self.mirror.set_reservation(record.key, reservation.slots, reservation.holds_off)
             self.mark_busy(record)
+            if record.admitted:
+                self._holding[record.key] = record
             if record.draining or record.preempting:
                 self._draining[record.key] = record
+
+
+def _holds(record: GangRecord) -> bool:
+    """Whether the gang holds binds at the barrier or is admitted."""
+    return bool(record.holds) or record.admitted
 
 
 def _waits_turn(record: GangRecord) -> bool:

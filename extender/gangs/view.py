@@ -53,11 +53,11 @@ class LedgerView:
 
     def held_count(self) -> int:
         with self.lock:
-            return sum(len(r.holds) for r in self.registry.busy())
+            return sum(len(r.holds) for r in self.registry.holding())
 
     def admitted_count(self) -> int:
         with self.lock:
-            return sum(1 for r in self.registry.busy() if r.admitted)
+            return sum(1 for r in self.registry.holding() if r.admitted)
 
     def held_demand(self) -> int:
         """Binds gangs may hold at once: held now, plus reserved members still to come."""

@@ -752,8 +752,26 @@ def test_gangs_in_flight_are_limited_by_the_held_bind_budget(h: Harness, binds: 
         binds.start(member, "n1")
     assert binds.join() == {f"a-{i}": "" for i in range(4)}
     assert h.ledger.view.held_demand() == 0
+    assert h.ledger.registry.holding() == []  # the budget walks the gangs holding binds or admitted ...
+    b_key = GangKey(GroupRef(GroupKind.COSCHEDULING, "default", "b"))
+    assert [r.key for r in h.ledger.registry.busy()] == [b_key]  # ... not every busy gang
     assert "b-0" in woken  # a's completion freed the slot: the waiting member is told to retry
     assert h.engine.filter(filter_args(b[0], names)).feasible  # and b is admitted
+
+
+@pytest.mark.parametrize("h", [{"max_held_binds": 5}], indirect=True)
+def test_the_full_sweep_finds_an_admitted_gang_that_no_step_marked_as_holding(h: Harness) -> None:
+    """The safety net of the holding set, as of the busy set: an admitted gang missing from it is not
+    counted in the budget until the tick's full sweep finds it."""
+    nodes(h, [f"n{i}" for i in range(1, 9)])
+    names = [f"n{i}" for i in range(1, 9)]
+    a = gang_pods("a", 4, cpu="1")
+    h.add(coscheduling_podgroup("a", 4), *a)
+    assert h.engine.filter(filter_args(a[0], names)).feasible
+    h.ledger.registry._holding.clear()  # as if admission had not marked it
+    assert h.ledger.view.held_demand() == 0
+    h.ledger.sweep()
+    assert h.ledger.view.held_demand() == 4
 
 
 @pytest.mark.parametrize("h", [{"max_held_binds": 3}], indirect=True)
