@@ -140,7 +140,7 @@ class Admission:
         """Reserve ``placement`` for the gang's ``chosen`` members and tell users."""
         gang, policy, result = record.key, record.policy, placement.plan
         record.plans.failed, record.plans.failed_inputs = None, ()
-        record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(policy))
+        record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(policy), record)
         record.attempt.domain, record.attempt.offered, record.attempt.filters_seen = placement.domain, set(), 0
         effects: list[Effect] = [Reserve(record, Reservation(Purpose.ADMITTED, result.slots, now))]
         where = domains.where(record.plans.constraint, placement)

@@ -92,7 +92,7 @@ class Barrier:
             return Arrival(BindDecision(BindAction.NOW, effects=(Assume(pod.uid, node),)))
         now = self.clock()
         hold = Hold(pod, node, answer_by=self.registry.due_by((now if arrival is None else arrival)
-                                                             + self.settings.hold_seconds))
+                                                             + self.settings.hold_seconds, record))
         if hold.answer_by <= now:
             return Arrival(BindDecision(BindAction.REJECT, error=messages.bind_too_late(pod)))
         effects: list[Effect] = [HoldAt(record, hold)]
@@ -101,7 +101,7 @@ class Barrier:
             # moves (the first hold starts the clock). A member coming back after its hold was recycled is
             # not progress.
             record.attempt.held_ever.add(pod.uid)
-            record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(policy))
+            record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(policy), record)
         if record.reservation is not None:
             effects.append(Reserve(record, record.reservation.using(node, pod.requests)))
         waiting = len(record.waiting()) + 1
@@ -149,7 +149,7 @@ class Barrier:
                 effects += [Count("drains_ended"), WakeBlocked()]
             kept = held or Reservation(Purpose.ADMITTED, (), now)
             effects.append(Reserve(record, kept.plus((h.node, h.pod.requests) for h in failed)))
-            record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(record.policy))
+            record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(record.policy), record)
             record.attempt.held_ever = set()
             record.last_message = messages.release_partly_failed(len(failed))
         elif record is not None and settled:
@@ -241,7 +241,7 @@ class Barrier:
             kept = record.reservation if record.admitted and record.reservation is not None else \
                 Reservation(Purpose.ADMITTED, (), now)
             effects.append(Reserve(record, kept.plus((node, pod.requests) for pod, node in places)))
-            record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(policy))
+            record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(policy), record)
         return [*effects, Count("releases_resumed"),
                 Tell(pods, "Normal", "GangReleaseResumed", messages.release_resumed_by_leader(gang, len(pods)))]
 

@@ -178,7 +178,7 @@ class FilterGated:
             return self._complete(record, placed, members)
         if record.admitted and len(placed) > record.attempt.bound_seen:
             record.attempt.bound_seen = len(placed)
-            record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(record.policy))
+            record.attempt.deadline = self.registry.due_by(now + self.settings.timeout_for(record.policy), record)
             record.last_message = messages.gated_progress(len(placed), record.policy.min_count)
         return []
 

@@ -72,7 +72,7 @@ class Expiry:
         effects += self.attempts.reset(record)
         record.timeouts += 1
         backoff = min(self.settings.backoff_seconds * 2 ** (record.timeouts - 1), self.settings.max_backoff_seconds)
-        record.backoff_until = self.registry.due_by(self.clock() + backoff)
+        record.backoff_until = self.registry.due_by(self.clock() + backoff, record)
         record.woken_after_backoff = False
         record.last_message = message
         log.warning("%s", message)

@@ -365,8 +365,8 @@ class GangLedger:
         With ``release`` (the caller binds), the quorums a policy change completed are marked releasing
         and queued (``take_work``): the caller must bind every one and report with ``released``. ``min_interval`` 0
         (the background tick, every second) walks every gang; otherwise (a filter) the walk is skipped if
-        one ran less than ``min_interval`` ago, walks only the gangs that are not settled, and only once
-        the earliest thing it acts on falls due (gangs left with no member wait for the tick)."""
+        one ran less than ``min_interval`` ago, and walks only the gangs something fell due for, once the
+        earliest thing it acts on falls due (gangs left with no member wait for the tick)."""
         with self.lock:
             self._apply(self.mode.follow(min_interval))
             for gang in self.policies.changed():
@@ -396,13 +396,15 @@ class GangLedger:
         return self.registry.take_work()
 
     def _walk(self, min_interval: float) -> None:
-        """The expiry walk over the gangs (``Expiry.walk_due`` says when)."""
+        """The expiry walk (``Expiry.walk_due`` says when): over every gang (the tick), or over the gangs
+        something fell due for (a filter's sweep, from the registry's schedule); each walked gang's next due
+        is scheduled again."""
         if not self.expiry.walk_due(min_interval):
             return
         now = self.clock()
         full = min_interval <= 0
-        next_due = float("inf")
-        for record in self.registry.all() if full else self.registry.busy():
+        scheduled: list[tuple[float, GangRecord]] = []
+        for record in self.registry.all() if full else self.registry.take_due(now):
             due = self.expiry.due(record)
             if due is not None and now >= due:
                 self._apply(self.expiry.expire_if_due(record))
@@ -411,12 +413,17 @@ class GangLedger:
                 self._apply(self.attempts.reset(record))
                 self.registry.drop(record)
                 continue
-            next_due = min(next_due, self.expiry.next_due(record))
-        self.registry.set_next_due(next_due)
-        if full:
-            self.registry.rebuild_busy()
-            self.waitlist.prune(lambda gang: not self.mirror.member_count(gang),
-                                lambda gang: self.registry.get(gang) is not None)
+            next_due = self.expiry.next_due(record)
+            if next_due != float("inf"):
+                scheduled.append((next_due, record))
+        if not full:
+            for when, record in scheduled:
+                self.registry.due_by(when, record)
+            return
+        self.registry.reschedule(scheduled)
+        self.registry.rebuild_busy()
+        self.waitlist.prune(lambda gang: not self.mirror.member_count(gang),
+                            lambda gang: self.registry.get(gang) is not None)
 
     def due(self, gang: GangKey) -> float | None:
         """When the gang's holds or attempt next fall due (None: nothing pending)."""

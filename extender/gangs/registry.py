@@ -4,8 +4,8 @@ Owns: the record of every gang the ledger acts for (``GangRecord``) and four sub
 per-request walks do not grow with every gang ever seen, nor with every gang not yet placed: those that
 may have work for the clock or the queue (``busy``), those holding binds or admitted (``holding``), those
 waiting their turn in the admission order (``waiting_turn``) and those holding a draining or preempting
-reservation (``draining``); when the next
-thing a sweep acts on falls due (``due_by``); the gangs another binder bound a member of
+reservation (``draining``); the schedule of what falls due when for which gang (``due_by``; a filter's
+sweep walks only what ``take_due`` hands it); the gangs another binder bound a member of
 (``note_bound``, for the filter-gated mode to follow); the members of a release a previous leader left
 open (``approved``); the work queued for the engine (quorums to bind, evictions: ``take_work``); the
 counters; and ``apply``, the only code that changes what a record holds (its reservation and holds) and,
@@ -17,6 +17,8 @@ only queue).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 from collections import Counter
@@ -78,7 +80,8 @@ class GangRegistry:
         self._holding: dict[GangKey, GangRecord] = {}  # a superset of those holding binds or admitted
         self._waiting: dict[GangKey, GangRecord] = {}  # a superset of those waiting their turn
         self._draining: dict[GangKey, GangRecord] = {}  # a superset of those draining or preempting
-        self._next_due = float("-inf")
+        self._dues: list[tuple[float, int, GangRecord]] = []  # a heap of (when, seq, gang): the schedule
+        self._due_seq = itertools.count()  # ties keep their order, and records are never compared
         self._bound: set[GangKey] = set()
         self._approved: set[str] = set()
         self._work_lock = threading.Lock()  # its own: the engine takes the work without the mirror's lock
@@ -159,18 +162,34 @@ class GangRegistry:
         self._waiting = {g: r for g, r in records if _waits_turn(r)}
         self._draining = {g: r for g, r in records if r.draining or r.preempting}
 
-    def due_by(self, when: float) -> float:
-        """Something a sweep acts on falls due at ``when`` (a deadline, a held bind's answer, the end of a
-        back-off): a filter's sweep walks the gangs again once that time comes. Returns ``when``."""
-        self._next_due = min(self._next_due, when)
+    def due_by(self, when: float, record: GangRecord) -> float:
+        """Something a sweep acts on for ``record`` falls due at ``when`` (a deadline, a held bind's answer,
+        the end of a back-off): a filter's sweep walks that gang once that time comes. Returns ``when``."""
+        heapq.heappush(self._dues, (when, next(self._due_seq), record))
         return when
 
     @property
     def next_due(self) -> float:
-        return self._next_due
+        """When the earliest thing scheduled falls due (infinity: nothing). An entry may be stale (its time
+        was moved later, or the gang forgotten): walking it then finds nothing to do."""
+        return self._dues[0][0] if self._dues else float("inf")
 
-    def set_next_due(self, when: float) -> None:
-        self._next_due = when
+    def take_due(self, now: float) -> list[GangRecord]:
+        """The gangs something fell due for by ``now``, once each, earliest first (forgotten ones left out),
+        taken off the schedule: whoever walks them schedules what they have next (``due_by``)."""
+        taken: dict[GangKey, GangRecord] = {}
+        dues = self._dues
+        while dues and dues[0][0] <= now:
+            record = heapq.heappop(dues)[2]
+            if self._records.get(record.key) is record:
+                taken.setdefault(record.key, record)
+        return list(taken.values())
+
+    def reschedule(self, entries: Iterable[tuple[float, GangRecord]]) -> None:
+        """The schedule made anew from ``entries`` (when, gang): the full sweep's, the safety net for a due
+        never scheduled, which also drops the stale entries."""
+        self._dues = [(when, next(self._due_seq), record) for when, record in entries]
+        heapq.heapify(self._dues)
 
     # ------------------------------------------------------------------- what others tell it
     def note_bound(self, gang: GangKey) -> None:

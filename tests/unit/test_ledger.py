@@ -9,6 +9,7 @@ import pytest
 from extender.cluster.mirror import ClusterMirror
 from extender.gangs import planner
 from extender.gangs.ledger import BindAction, GangLedger
+from extender.gangs.record import GangRecord
 from extender.gangs.settings import GangSettings
 from extender.model.cluster import PodRecord
 from extender.model.gang import PASS, Code, GangKey, GangPolicy, GroupKind, Verdict
@@ -449,20 +450,76 @@ def test_a_filter_sweep_walks_only_the_gangs_with_work_and_still_times_them_out(
     assert state is not None and state.woken_after_backoff
 
 
-def test_the_full_sweep_finds_a_gang_with_work_that_no_step_marked(w: World) -> None:
-    """The safety net: a gang given a deadline behind the ledger's back is not walked by a filter's
-    sweep, but the tick's full sweep finds it (and walks it from then on)."""
+@pytest.mark.parametrize("lost", ["busy", "schedule"])
+def test_the_full_sweep_finds_a_gang_with_work_that_no_step_marked(w: World, lost: str) -> None:
+    """The safety net: a gang given work behind the ledger's back is found by the tick's full sweep, which
+    walks every gang, finds the busy ones and makes the schedule anew. Not marked busy, its deadline is
+    still scheduled (a filter's sweep times it out); its deadline not scheduled, it waits for the tick."""
     a = w.gang("a", 2, min_count=2, cpu="100m")
     assert w.ledger.admit(key(a[0]), GangPolicy(2)) == PASS
     state = w.ledger.record(key(a[0]))
     assert state is not None
-    w.ledger.registry._busy.clear()  # as if admission had not marked it
+    if lost == "busy":  # as if admission had not marked it
+        w.ledger.registry._busy.clear()
+    else:  # as if its deadline had been set without scheduling it
+        w.ledger.registry.reschedule([])
     w.clock.advance(31)
     w.ledger.sweep(0.05)
-    assert w.ledger.view.counters()["timeouts"] == 0
+    assert w.ledger.view.counters()["timeouts"] == (1 if lost == "busy" else 0)
     w.ledger.sweep()
     assert w.ledger.view.counters()["timeouts"] == 1
     assert [r.key for r in w.ledger.registry.busy()] == [key(a[0])]
+    assert w.ledger.registry.next_due == state.backoff_until  # the back-off's end is scheduled
+
+
+def test_a_gang_walked_for_one_due_is_scheduled_for_its_next(w: World) -> None:
+    """The full sweep schedules each gang's earliest due only; a filter's sweep that walks a gang for it
+    schedules the gang's next one (here: the held bind answered in time, then the attempt's deadline)."""
+    a = w.gang("a", 2, min_count=2, cpu="100m")
+    assert w.ledger.admit(key(a[0]), GangPolicy(2)) == PASS
+    w.clock.advance(1)
+    w.ledger.on_bind(a[0], "n1", GangPolicy(2), arrival=w.clock.now - 20)  # answered by 10 s; deadline 31 s
+    w.ledger.sweep()  # the schedule made anew: the hold's answer at 10 s, not the deadline
+    w.clock.advance(9.1)
+    w.ledger.sweep(0.05)
+    assert w.ledger.view.held_count() == 0 and w.ledger.view.counters()["timeouts"] == 0  # answered: a retry
+    w.clock.advance(21)
+    w.ledger.sweep(0.05)
+    assert w.ledger.view.counters()["timeouts"] == 1
+
+
+def test_a_filter_sweep_walks_only_the_gangs_something_fell_due_for(w: World) -> None:
+    """Many gangs admitted: a filter's sweep walks the one whose deadline passed, not the others, and a
+    deadline moved later (its old entry stale) times nothing out early."""
+    walked: list[GangKey] = []
+    due = w.ledger.expiry.due
+
+    def counting(record: GangRecord) -> float | None:
+        walked.append(record.key)
+        return due(record)
+
+    w.ledger.expiry.due = counting  # type: ignore[method-assign]
+    gangs = [w.gang(f"g{i}", 2, min_count=2, cpu="10m") for i in range(20)]
+    assert w.ledger.admit(key(gangs[0][0]), GangPolicy(2)) == PASS  # deadline in 30 s
+    w.clock.advance(10)
+    for members in gangs[1:]:
+        assert w.ledger.admit(key(members[0]), GangPolicy(2)) == PASS  # deadlines in 40 s
+    w.clock.advance(5)
+    w.ledger.on_bind(gangs[1][0], "n1", GangPolicy(2))  # g1's deadline moves to 45 s; its 40 s entry is stale
+    walked.clear()
+    w.clock.advance(15.1)  # 30.1 s: g0's deadline passed
+    w.ledger.sweep(0.05)
+    assert set(walked) == {key(gangs[0][0])} and w.ledger.view.counters()["timeouts"] == 1
+    walked.clear()
+    w.clock.advance(10)  # 40.1 s: every other admission's deadline passed, but not g1's
+    w.ledger.sweep(0.05)
+    # g1 too (its stale entry, walked to no effect), and g0 (its 10 s back-off ended)
+    assert set(walked) == {key(m[0]) for m in gangs}
+    assert w.ledger.view.counters()["timeouts"] == 1 + 18
+    assert w.ledger.record(key(gangs[1][0])).admitted  # type: ignore[union-attr]
+    w.clock.advance(5)  # 45.1 s
+    w.ledger.sweep(0.05)
+    assert w.ledger.view.counters()["timeouts"] == 1 + 18 + 1
 
 
 def test_a_gang_that_can_never_fit_is_told_so_even_when_held_binds_shrink_what_it_plans(w: World) -> None:
@@ -500,27 +557,27 @@ def test_a_filter_sweep_walks_only_when_something_falls_due(w: World) -> None:
             walked.append(w.clock.now)
 
     sweep(0)
-    assert len(walked) == 1  # nothing known yet: walks, finds nothing due
+    assert len(walked) == 0  # nothing scheduled: no walk
     a = w.gang("a", 2, min_count=2, cpu="100m")
     assert w.ledger.admit(key(a[0]), GangPolicy(2)) == PASS  # deadline in 30 s
     sweep(1)
     sweep(1)
     sweep(27.9)
-    assert len(walked) == 1 and w.ledger.view.counters()["timeouts"] == 0  # the admission's deadline is not due yet
+    assert len(walked) == 0 and w.ledger.view.counters()["timeouts"] == 0  # the admission's deadline is not due yet
     sweep(0.2)
-    assert len(walked) == 2 and w.ledger.view.counters()["timeouts"] == 1  # due: walked and timed out
+    assert len(walked) == 1 and w.ledger.view.counters()["timeouts"] == 1  # due: walked and timed out
     state = w.ledger.record(key(a[0]))
     assert state is not None and not state.woken_after_backoff
     sweep(9.9)
-    assert len(walked) == 2
+    assert len(walked) == 1
     sweep(0.2)
-    assert len(walked) == 3 and state.woken_after_backoff  # the back-off's end was due
+    assert len(walked) == 2 and state.woken_after_backoff  # the back-off's end was due
     assert w.ledger.admit(key(a[0]), GangPolicy(2)) == PASS  # admitted again: a new deadline ...
     w.ledger.on_bind(a[0], "n1", GangPolicy(2), arrival=w.clock.now - 28.5)  # ... and a bind held 0.5 s more
     sweep(0.4)
-    assert len(walked) == 3
+    assert len(walked) == 2
     sweep(0.2)
-    assert len(walked) == 4  # the held bind's answer was due first
+    assert len(walked) == 3  # the held bind's answer was due first
 
 
 # ------------------------------------------------------------------ members gone while held
