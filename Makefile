@@ -17,7 +17,8 @@ help:
 	@echo "make image      build gang-extender:dev and the chart's kube-scheduler image offline, then run them as users do"
 	@echo "make real-nodes a local control plane with two real kubelets on this machine, both images in them (until Ctrl-C)"
 	@echo "make bench      filter latency benchmark (results: docs/performance.md)"
-	@echo "make bench-e2e  kube-scheduler end to end: alone, no-op extender, gang-extender, in-tree (bench-e2e-pinned: CPU-pinned)"
+	@echo "make bench-e2e  kube-scheduler end to end: alone, no-op extender, gang-extender, in-tree (bench-e2e-pinned: CPU-pinned;"
+	@echo "                bench-e2e-compiled: the hot path compiled, as the image runs it)"
 	@echo "make bench-e2e-gate  the same on v1.37.2 with PodGroups, gang-extender with and without the quorum gate"
 	@echo "make fuzz       hostile input: 10,000 bodies per verb against a live server (docs/reliability.md)"
 	@echo "make faults     kill -9, kube-apiserver restarts, refused bindings on a real control plane"
@@ -122,7 +123,7 @@ clean:
 BENCH_STAMP := $(VENV)/.installed-bench
 ROOT_OR_SUDO = $$(test "$$(id -u)" = 0 || echo sudo)
 
-.PHONY: wrk loadtest bench-e2e bench-e2e-pinned bench-e2e-gate bench-gang-perf bench-fit record-corpus
+.PHONY: wrk loadtest bench-e2e bench-e2e-compiled bench-e2e-pinned bench-e2e-gate bench-gang-perf bench-fit record-corpus
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
@@ -143,6 +144,11 @@ loadtest: $(BENCH_STAMP) wrk  # replay tests/data/corpus with wrk; tables on std
 bench-e2e: $(BENCH_STAMP) k8s
 	$(BIN)/python bench/e2e_scheduling.py --json out/bench-e2e.json $(BENCH_E2E_ARGS)
 	$(BIN)/python bench/plot.py --only e2e
+
+# the same with the hot path compiled, as the image runs it (every extender imports build/compiled first)
+bench-e2e-compiled: $(BENCH_STAMP) k8s compiled
+	PYTHONPATH=build/compiled $(BIN)/python bench/e2e_scheduling.py --json out/bench-e2e-compiled.json $(BENCH_E2E_ARGS)
+	$(BIN)/python bench/plot.py --only e2e --e2e out/bench-e2e-compiled.json --prefix e2e-compiled
 
 # the same with the control plane on CPU 0 and the extender on CPU 1 (needs 2 CPUs)
 bench-e2e-pinned: $(BENCH_STAMP) k8s

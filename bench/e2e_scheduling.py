@@ -84,6 +84,8 @@ from e2e_meters import (
 from e2e_report import WRITE_MS, Phase, floors, gang_stats, tables, write_json
 from noop_extender import NoopExtender
 
+from extender import native
+
 CONFIGS = ("ceiling", "noop-extender", "gang-extender", "in-tree")
 STALL_SECONDS = 60.0
 PSEUDO_FLAGS = ("prioritize", "bind-only", "quorum-gate")
@@ -452,7 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("quorum-gate needs MutatingAdmissionPolicy v1: --release 1.37")
     bin_dir = find_bin_dir({**os.environ, "K8S_VERSION": RELEASES[args.release].version})
     workdir = Path(tempfile.mkdtemp(prefix="gang-bench-e2e-"))
-    wl.log(f"[bench-e2e] {os.cpu_count()} cpu; binaries {bin_dir}; work dir {workdir}; load average "
+    hot_path = native.hot_path().summary()  # the extenders import the same tree (PYTHONPATH=build/compiled)
+    wl.log(f"[bench-e2e] {os.cpu_count()} cpu; binaries {bin_dir}; work dir {workdir}; {hot_path}; load average "
            f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     results = []
     started = time.monotonic()
@@ -461,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(run_config(config.strip(), bin_dir, args, workdir))
     finally:
         if args.json and results:
-            write_json(args.json, vars(args), results)
+            write_json(args.json, vars(args) | {"hot_path": hot_path}, results)
             wl.log(f"[bench-e2e] wrote {args.json}")
         if not args.keep:
             import shutil
@@ -472,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n## End-to-end scheduling (kube-scheduler v{RELEASES[args.release].version}; {os.cpu_count()} cpu; "
           f"{args.general_nodes + wl.CONTENTION_NODES:,} nodes; "
           f"{args.gangs} gangs of {args.size}; paced at {args.paced_rate:.0f} pods/s"
-          f"{'; control plane on CPU 0, extender on CPU 1' if args.pin else ''}; "
+          f"{'; control plane on CPU 0, extender on CPU 1' if args.pin else ''}; {hot_path}; "
           f"run took {time.monotonic() - started:.0f}s)\n")
     print(tables(results))
     print()
