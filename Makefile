@@ -147,7 +147,7 @@ bench-e2e: $(BENCH_STAMP) k8s
 
 # the same with the hot path compiled, as the image runs it (every extender imports build/compiled first)
 bench-e2e-compiled: $(BENCH_STAMP) k8s compiled
-	PYTHONPATH=build/compiled $(BIN)/python bench/e2e_scheduling.py --json out/bench-e2e-compiled.json $(BENCH_E2E_ARGS)
+	PYTHONPATH=$(CURDIR)/build/compiled $(BIN)/python bench/e2e_scheduling.py --json out/bench-e2e-compiled.json $(BENCH_E2E_ARGS)
 	$(BIN)/python bench/plot.py --only e2e --e2e out/bench-e2e-compiled.json --prefix e2e-compiled
 
 # the same with the control plane on CPU 0 and the extender on CPU 1 (needs 2 CPUs)

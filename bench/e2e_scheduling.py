@@ -84,8 +84,6 @@ from e2e_meters import (
 from e2e_report import WRITE_MS, Phase, floors, gang_stats, tables, write_json
 from noop_extender import NoopExtender
 
-from extender import native
-
 CONFIGS = ("ceiling", "noop-extender", "gang-extender", "in-tree")
 STALL_SECONDS = 60.0
 PSEUDO_FLAGS = ("prioritize", "bind-only", "quorum-gate")
@@ -408,6 +406,18 @@ def run_phases(cp: ControlPlane, config: str, ext: Any, scheduler: dict[str, Any
         watch.close()
 
 
+def extender_hot_path(workdir: Path) -> str:
+    """Which hot path ``gang-extender`` runs here, started as the runs start it (``make bench-e2e-compiled``
+    puts build/compiled first on PYTHONPATH): the ``hot path: ...`` of its ``--version`` line."""
+    import subprocess
+
+    from support import GANG_EXTENDER
+
+    line = subprocess.run([GANG_EXTENDER, "--version"], capture_output=True, text=True, cwd=workdir,
+                          check=False).stdout.strip()
+    return line[line.find("hot path"):-1] if "hot path" in line else f"hot path: unknown ({line!r})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -454,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("quorum-gate needs MutatingAdmissionPolicy v1: --release 1.37")
     bin_dir = find_bin_dir({**os.environ, "K8S_VERSION": RELEASES[args.release].version})
     workdir = Path(tempfile.mkdtemp(prefix="gang-bench-e2e-"))
-    hot_path = native.hot_path().summary()  # the extenders import the same tree (PYTHONPATH=build/compiled)
+    hot_path = extender_hot_path(workdir)
     wl.log(f"[bench-e2e] {os.cpu_count()} cpu; binaries {bin_dir}; work dir {workdir}; {hot_path}; load average "
            f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     results = []
