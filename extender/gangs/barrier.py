@@ -91,10 +91,10 @@ class Barrier:
         if len(placed) >= policy.min_count:
             return Arrival(BindDecision(BindAction.NOW, effects=(Assume(pod.uid, node),)))
         now = self.clock()
-        hold = Hold(pod, node, answer_by=self.registry.due_by((now if arrival is None else arrival)
-                                                             + self.settings.hold_seconds, record))
-        if hold.answer_by <= now:
+        answer_by = (now if arrival is None else arrival) + self.settings.hold_seconds
+        if answer_by <= now:
             return Arrival(BindDecision(BindAction.REJECT, error=messages.bind_too_late(pod)))
+        hold = Hold(pod, node, answer_by=self.registry.due_by(answer_by, record))
         effects: list[Effect] = [HoldAt(record, hold)]
         if pod.uid not in record.attempt.held_ever:
             # A member new to this attempt reached the barrier: the gang is progressing, so its deadline

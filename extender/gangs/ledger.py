@@ -403,27 +403,40 @@ class GangLedger:
             return
         now = self.clock()
         full = min_interval <= 0
+        records = self.registry.all() if full else self.registry.take_due(now)
         scheduled: list[tuple[float, GangRecord]] = []
-        for record in self.registry.all() if full else self.registry.take_due(now):
-            due = self.expiry.due(record)
-            if due is not None and now >= due:
-                self._apply(self.expiry.expire_if_due(record))
-            self._apply(self.expiry.wake_after_backoff(record, now))
-            if self.expiry.forgettable(record):
-                self._apply(self.attempts.reset(record))
-                self.registry.drop(record)
-                continue
-            next_due = self.expiry.next_due(record)
-            if next_due != float("inf"):
-                scheduled.append((next_due, record))
+        done = 0
+        try:
+            for record in records:
+                self._walk_one(record, now, scheduled)
+                done += 1
+        finally:
+            if not full:  # what the walk took off the schedule goes back on, even if a step raised
+                for when, record in scheduled:
+                    self.registry.due_by(when, record)
+                for record in records[done:]:
+                    self.registry.due_by(now, record)
         if not full:
-            for when, record in scheduled:
-                self.registry.due_by(when, record)
             return
         self.registry.reschedule(scheduled)
         self.registry.rebuild_busy()
         self.waitlist.prune(lambda gang: not self.mirror.member_count(gang),
                             lambda gang: self.registry.get(gang) is not None)
+
+    def _walk_one(self, record: GangRecord, now: float, scheduled: list[tuple[float, GangRecord]]) -> None:
+        """The expiry walk's step for one gang: expire it if due, wake it after its back-off, forget it if it
+        has no members left, else add its next due to ``scheduled``."""
+        due = self.expiry.due(record)
+        if due is not None and now >= due:
+            self._apply(self.expiry.expire_if_due(record))
+        self._apply(self.expiry.wake_after_backoff(record, now))
+        if self.expiry.forgettable(record):
+            self._apply(self.attempts.reset(record))
+            self.registry.drop(record)
+            return
+        next_due = self.expiry.next_due(record)
+        if next_due != float("inf"):
+            scheduled.append((next_due, record))
 
     def due(self, gang: GangKey) -> float | None:
         """When the gang's holds or attempt next fall due (None: nothing pending)."""

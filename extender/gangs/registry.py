@@ -56,6 +56,9 @@ COUNTERS = ("admitted", "completed", "timeouts", "never_fits", "bind_errors", "r
             "preemptions_failed", "partially_bound", "releases_abandoned", "victims_partly_evicted")
 """Every counter, exported as ``gang_extender_gangs_<name>`` (zero until counted)."""
 
+DUES_SLACK = 1024
+"""Entries the schedule may hold beyond twice the gangs before it is compacted."""
+
 OnEvent = Callable[[list[PodRecord], str, str, str], None]
 OnWake = Callable[[list[PodRecord]], None]
 OnStatus = Callable[[GangKey, GangStatus], None]
@@ -166,7 +169,23 @@ class GangRegistry:
         """Something a sweep acts on for ``record`` falls due at ``when`` (a deadline, a held bind's answer,
         the end of a back-off): a filter's sweep walks that gang once that time comes. Returns ``when``."""
         heapq.heappush(self._dues, (when, next(self._due_seq), record))
+        if len(self._dues) > 2 * len(self._records) + DUES_SLACK:
+            self._compact_dues()
         return when
+
+    def _compact_dues(self) -> None:
+        """Keep each gang's earliest entry and drop the rest (later ones, forgotten gangs'): enough, since
+        whoever walks a gang schedules its next due. Keeps the schedule within twice the gangs even when no
+        full sweep runs."""
+        earliest: dict[GangKey, tuple[float, int, GangRecord]] = {}
+        for entry in self._dues:
+            record = entry[2]
+            if self._records.get(record.key) is record:
+                kept = earliest.get(record.key)
+                if kept is None or entry[:2] < kept[:2]:
+                    earliest[record.key] = entry
+        self._dues = list(earliest.values())
+        heapq.heapify(self._dues)
 
     @property
     def next_due(self) -> float:

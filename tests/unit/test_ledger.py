@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from extender.cluster.mirror import ClusterMirror
 from extender.gangs import planner
+from extender.gangs.effects import Effect
 from extender.gangs.ledger import BindAction, GangLedger
 from extender.gangs.record import GangRecord
 from extender.gangs.settings import GangSettings
@@ -46,9 +48,25 @@ def key(record: PodRecord) -> GangKey:
     return record.gang
 
 
+def assert_scheduled(ledger: GangLedger) -> None:
+    """The schedule's invariant: every gang with something due has an entry on the schedule at or before it,
+    or by now if it is past (else a filter's sweep would leave it to the tick)."""
+    now = ledger.clock()
+    entries: dict[GangKey, float] = {}
+    for when, _, record in ledger.registry._dues:
+        if ledger.registry.get(record.key) is record:
+            entries[record.key] = min(when, entries.get(record.key, when))
+    for record in ledger.registry.all():
+        due = ledger.expiry.next_due(record)
+        if due != float("inf"):
+            assert entries.get(record.key, float("inf")) <= max(due, now), (record.key, due, entries.get(record.key))
+
+
 @pytest.fixture
-def w() -> World:
-    return World()
+def w() -> Iterator[World]:
+    world = World()
+    yield world
+    assert_scheduled(world.ledger)  # after every test of this file
 
 
 def test_admission_reserves_the_whole_gang_and_starts_the_clock(w: World) -> None:
@@ -262,6 +280,7 @@ def test_expiry_answers_holds_releases_and_backs_off() -> None:
     assert w.ledger.admit(gang, POLICY) == Verdict(
         Code.WAIT_RESOLVABLE, "gang default/a is backing off for 10s after 1 timeout(s) so other gangs can proceed")
     assert w.events.of("GangTimeout")[0][0] == ("a-0", "a-1", "a-2", "a-3")
+    assert_scheduled(w.ledger)  # the back-off's end, set by a waiter's step rather than a sweep
 
 
 def test_backoff_is_capped() -> None:
@@ -485,6 +504,50 @@ def test_a_gang_walked_for_one_due_is_scheduled_for_its_next(w: World) -> None:
     assert w.ledger.view.held_count() == 0 and w.ledger.view.counters()["timeouts"] == 0  # answered: a retry
     w.clock.advance(21)
     w.ledger.sweep(0.05)
+    assert w.ledger.view.counters()["timeouts"] == 1
+
+
+def test_a_step_that_raises_leaves_the_gangs_it_took_on_the_schedule(w: World) -> None:
+    """A filter's sweep takes the due gangs off the schedule: if one gang's step raises, those not yet
+    walked (and that one) go back on, due now, and the next filter's sweep walks them."""
+    gangs = [w.gang(f"g{i}", 2, min_count=2, cpu="10m") for i in range(3)]
+    for members in gangs:
+        assert w.ledger.admit(key(members[0]), GangPolicy(2)) == PASS  # deadlines in 30 s
+    wake = w.ledger.expiry.wake_after_backoff
+    calls = 0
+
+    def failing_once(record: GangRecord, now: float) -> list[Effect]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("a step failed")
+        return wake(record, now)
+
+    w.ledger.expiry.wake_after_backoff = failing_once  # type: ignore[method-assign]
+    w.clock.advance(30.1)
+    with pytest.raises(RuntimeError):
+        w.ledger.sweep(0.05)
+    assert w.ledger.view.counters()["timeouts"] == 2  # the first walked, the second raised after timing out
+    assert_scheduled(w.ledger)
+    w.clock.advance(0.1)
+    w.ledger.sweep(0.05)
+    assert w.ledger.view.counters()["timeouts"] == 3
+
+
+def test_the_schedule_stays_within_twice_the_gangs_without_a_full_sweep(w: World) -> None:
+    """Every held bind and new member pushes an entry; without the tick's full sweep the schedule is
+    compacted to each gang's earliest entry once it outgrows twice the gangs (plus a slack)."""
+    from extender.gangs.registry import DUES_SLACK
+
+    a = w.gang("a", 2, min_count=2, cpu="10m")
+    assert w.ledger.admit(key(a[0]), GangPolicy(2)) == PASS
+    record = w.ledger.record(key(a[0]))
+    assert record is not None
+    for i in range(3 * DUES_SLACK):
+        w.ledger.registry.due_by(w.clock.now + 100 + i, record)
+    assert len(w.ledger.registry._dues) <= 2 * len(w.ledger.registry.all()) + DUES_SLACK
+    w.clock.advance(30.1)
+    w.ledger.sweep(0.05)  # the admission's deadline survived the compaction
     assert w.ledger.view.counters()["timeouts"] == 1
 
 
