@@ -3,6 +3,7 @@
 1. ``ceiling``: kube-scheduler with no extender, the same pods without ``workloadRef`` (no gangs);
 2. ``noop-extender``: kube-scheduler with ``bench/noop_extender.py``, a do-nothing extender on
    gang-extender's HTTP stack (filter and bind), the same pods as the ceiling: what the protocol costs;
+   ``noop-extender:flask`` serves it as Flask routes on gunicorn's stock gthread worker instead;
 3. ``gang-extender``: kube-scheduler with gang-extender (``manifests/scheduler-config.yaml``);
 4. ``in-tree``: kube-scheduler with the in-tree GangScheduling plugin (gates ``GenericWorkload`` and
    ``GangScheduling`` on), no extender.
@@ -86,7 +87,7 @@ from noop_extender import NoopExtender
 
 CONFIGS = ("ceiling", "noop-extender", "gang-extender", "in-tree")
 STALL_SECONDS = 60.0
-PSEUDO_FLAGS = ("prioritize", "bind-only", "quorum-gate")
+PSEUDO_FLAGS = ("prioritize", "bind-only", "quorum-gate", "flask")
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,7 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
     label += " + prioritize" if "prioritize" in words else ""
     label += ", bind only" if "bind-only" in words else ""
     label += " + quorum gate" if "quorum-gate" in words else ""
+    label += " (Flask, stock gthread)" if "flask" in words else ""
     label += ", pinned" if args.pin else ""
     release = RELEASES[args.release]
     label += f" (v{release.version})" if args.release != "1.35" else ""
@@ -275,7 +277,7 @@ def run_config(config: str, bin_dir: Path, args: argparse.Namespace, workdir: Pa
                     ext = wl.extender_process(cp.kubeconfig, workdir / slug, args=extender_args, record=args.record)
                     ext.start()
                 elif config == "noop-extender":
-                    noop = NoopExtender(cp.kubeconfig, workdir / slug)
+                    noop = NoopExtender(cp.kubeconfig, workdir / slug, stack="flask" if "flask" in words else "direct")
             scheduler = scheduler_config_for(ext or noop, words)
             run_phases(cp, config, ext, scheduler, args, result, slug, measured=ext or noop)
             text = cp.log_path("kube-scheduler").read_text(errors="replace")

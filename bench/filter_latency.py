@@ -9,7 +9,8 @@ One run:
 2. starts ``gang-extender serve --cluster-snapshot ...`` exactly as production does (``extender.cli``:
    gunicorn, one gthread worker, keep-alive) in a subprocess, with one benchmark-only route added to
    the app that ``extender.http.app.create_app`` returns: ``POST /noop`` parses the same body with orjson
-   and echoes its NodeNames in an ExtenderFilterResult (the do-nothing floor);
+   and echoes its NodeNames in an ExtenderFilterResult (the do-nothing floor), served as the tree
+   serves ``/filter`` (a direct route of the serving worker, or a Flask route in older trees);
 3. measures, with one keep-alive ``http.client`` connection in a closed loop, at each ``--sizes``
    NodeNames count, these variants interleaved round-robin (so machine noise hits all alike):
 
@@ -111,17 +112,39 @@ def snapshot(nodes: int, pods_per_node: int) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ server
-def add_noop_route(app: Any) -> None:
+def noop_reply(data: bytes) -> bytes:
     """The do-nothing floor: same body, same parser, echo the names in an ExtenderFilterResult."""
+    body = orjson.loads(data)
+    return orjson.dumps({"Nodes": None, "NodeNames": body.get("NodeNames"), "FailedNodes": {},
+                         "FailedAndUnresolvableNodes": {}, "Error": ""})
+
+
+def add_noop_route(app: Any) -> None:
+    """/noop as a Flask route (the way the verbs are served by a tree without direct routes)."""
     from flask import Response, request
 
     def noop() -> Response:
-        body = orjson.loads(request.get_data(cache=False))
-        return Response(orjson.dumps({"Nodes": None, "NodeNames": body.get("NodeNames"), "FailedNodes": {},
-                                      "FailedAndUnresolvableNodes": {}, "Error": ""}),
-                        mimetype="application/json")
+        return Response(noop_reply(request.get_data(cache=False)), mimetype="application/json")
 
     app.add_url_rule("/noop", "bench_noop", noop, methods=["POST"])
+
+
+def add_noop_direct_route() -> None:
+    """/noop as a direct route of the serving worker, where the tree serves its verbs so (the same stack)."""
+    try:
+        from extender.http import routes
+    except ImportError:
+        return
+    production_direct_routes = getattr(routes, "direct_routes", None)
+    if production_direct_routes is None:
+        return
+
+    def direct_routes(ext: Any) -> Any:
+        table = production_direct_routes(ext)
+        table["/noop"] = lambda data, _arrival: (200, noop_reply(data))
+        return table
+
+    routes.direct_routes = direct_routes  # serve (extender/http/server.py) looks it up as it loads the app
 
 
 def serve(argv: list[str]) -> int:
@@ -150,6 +173,7 @@ def serve(argv: list[str]) -> int:
         return app
 
     app_module.create_app = create_app  # serve (extender/http/server.py) imports it when it starts gunicorn
+    add_noop_direct_route()
     return cli.main(argv)
 
 

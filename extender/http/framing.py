@@ -1,9 +1,11 @@
 """HTTP/1.1 request framing for the serving worker's poller, and the body cap of each path (pure).
 
 Owns: finding where a request's head ends in the bytes read so far, the little of the head the poller
-needs (path, Content-Length, ``Expect: 100-continue``), the body cap of each path, and the static
-replies the poller sends when it refuses a request before any thread sees it. Must not: parse what
-gunicorn parses for the application (it parses the head again, with its own limits), or do I/O.
+needs (path, Content-Length, ``Expect: 100-continue``; method, version and ``Connection`` for the direct
+routes), the body cap of each path, and the whole replies written without gunicorn: those the poller
+sends when it refuses a request before any thread sees it, and a direct route's. Must not: parse more
+of the head than that (gunicorn parses it again, with its own limits, for every request no direct
+route answers), or do I/O.
 """
 
 from __future__ import annotations
@@ -45,21 +47,29 @@ class Head:
     path: str
     body_bytes: int      # Content-Length (0 without one)
     expects_continue: bool
+    method: str = ""
+    plain: bool = False  # HTTP/1.1, no query, no Upgrade, Connection (if any) close or keep-alive: direct
+    closes: bool = False  # ``Connection: close``
 
     @property
     def total(self) -> int:
         return self.size + self.body_bytes
 
 
-_REASONS = {400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Content Too Large",
+_REASONS = {200: "OK", 400: "Bad Request", 408: "Request Timeout", 411: "Length Required", 413: "Content Too Large",
             431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+def answer(status: int, body: bytes, keep: bool) -> bytes:
+    """A whole HTTP/1.1 reply with a JSON ``body`` (a direct route's); ``Connection: close`` unless ``keep``."""
+    return b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" % (
+        status, _REASONS.get(status, "Error").encode("ascii"), len(body),
+        b"" if keep else b"Connection: close\r\n") + body
 
 
 def reply(status: int, message: str) -> bytes:
     """A whole HTTP/1.1 reply with the app's JSON error shape; the connection closes after it."""
-    body = orjson.dumps({"error": message, "status": status})
-    return (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("ascii") + body
+    return answer(status, orjson.dumps({"error": message, "status": status}), keep=False)
 
 
 def find_head(buf: bytes | bytearray, caps: BodyCaps) -> Head | None:
@@ -74,9 +84,10 @@ def find_head(buf: bytes | bytearray, caps: BodyCaps) -> Head | None:
     target = lines[0].split(b" ")
     if len(target) != 3:
         raise RefusedError(400, "malformed request line")
-    path = target[1].split(b"?", 1)[0].decode("latin-1")
+    path, query, _ = target[1].partition(b"?")
+    plain = target[2] == b"HTTP/1.1" and not query
     length: int | None = None
-    expects_continue = False
+    expects_continue = closes = False
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
         name, value = name.strip().lower(), value.strip()
@@ -90,10 +101,16 @@ def find_head(buf: bytes | bytearray, caps: BodyCaps) -> Head | None:
             raise RefusedError(411, "send the body with a Content-Length (Transfer-Encoding is not accepted)")
         elif name == b"expect" and value.lower() == b"100-continue":
             expects_continue = True
-    cap = caps.for_path(path)
+        elif name == b"connection":
+            closes = value.lower() == b"close"
+            plain = plain and (closes or value.lower() == b"keep-alive")
+        elif name == b"upgrade":
+            plain = False
+    text = path.decode("latin-1")
+    cap = caps.for_path(text)
     if (length or 0) > cap:
         raise RefusedError(413, f"request body larger than {cap} bytes")
-    return Head(end + 4, path, length or 0, expects_continue)
+    return Head(end + 4, text, length or 0, expects_continue, target[0].decode("latin-1"), plain, closes)
 
 
 def without_expect(request: bytes, head: Head) -> bytes:

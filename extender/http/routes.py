@@ -1,13 +1,16 @@
-"""Flask handlers: thin translation between HTTP and the engine.
+"""Thin translation between HTTP and the engine: the extender's verbs, and the Flask handlers.
 
-Owns: reading bodies (size-capped), JSON decoding with orjson, mapping ProtocolError to HTTP 400 and
-every other failure to the protocol's own error shape (never a 500, never a stack trace to the
-client), metrics per request, and the health/readiness/metrics/explain/fit endpoints. Must not: make
-decisions.
+Owns: each verb from its body's bytes to its status and reply (``answer``: JSON decoding with orjson,
+mapping ProtocolError to HTTP 400, a form over its own body cap to 413 and every other failure to the
+protocol's own error shape, never a 500 and never a stack trace to the client; metrics and recording
+per request), served both as the worker's direct routes (``direct_routes``: no Flask on the path
+kube-scheduler calls) and as Flask routes (reading bodies size-capped: other servers, the test client);
+and the health/readiness/metrics/explain/fit endpoints. Must not: make decisions.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -17,7 +20,7 @@ from typing import Any
 import orjson
 from flask import Blueprint, Response, current_app, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from extender.engine.requests import FilterArgs, PreemptResult
 from extender.errors import ProtocolError, RefusedError, SubmissionError
@@ -48,14 +51,14 @@ class BodyTooLarge(RequestEntityTooLarge):
     """413 with the cap that applies (the app's handler shows ``description``)."""
 
 
-def _caps() -> framing.BodyCaps:
-    settings = _ext().runtime.settings
+def _caps(ext: Any) -> framing.BodyCaps:
+    settings = ext.runtime.settings
     return framing.BodyCaps(settings.max_body_bytes, settings.max_full_nodes_body_bytes)
 
 
 def _read_body(verb: str) -> bytes:
     """The body, within its path's cap (the serving worker enforces the same caps before this runs)."""
-    cap = _caps().for_path("/" + verb)
+    cap = _caps(_ext()).for_path("/" + verb)
     request.max_content_length = cap
     try:
         return request.get_data(cache=False)
@@ -63,38 +66,78 @@ def _read_body(verb: str) -> bytes:
         raise BodyTooLarge(f"request body larger than {cap} bytes") from None
 
 
-def _filter_args(body: Any, data: bytes | None) -> FilterArgs:
-    """``data``: the body's bytes, for the filter's all-fit shortcut (protocol.node_names_text); None skips it."""
-    caps = _caps()
-    args = protocol.parse_filter_args(body, full_nodes=caps.full_nodes > 0, data=data)
-    if args.nodes is None and (request.content_length or 0) > caps.names:  # the NodeNames form's own cap
-        raise BodyTooLarge(f"request body larger than {caps.names} bytes (the NodeNames form)")
+def _filter_args(ext: Any, body: Any, data: bytes, *, names_text: bool) -> FilterArgs:
+    """``names_text``: hand the body's bytes to the filter's all-fit shortcut (protocol.node_names_text)."""
+    caps = _caps(ext)
+    args = protocol.parse_filter_args(body, full_nodes=caps.full_nodes > 0, data=data if names_text else None)
+    if args.nodes is None and len(data) > caps.names:  # the NodeNames form's own cap
+        raise RefusedError(413, f"request body larger than {caps.names} bytes (the NodeNames form)")
     return args
 
 
-def _serve(verb: str, handle: Callable[[Any, bytes], Any], on_error: Callable[[str], Any]) -> Response:
-    """Read, parse and answer one request: ``handle(body, data)`` gets the parsed body and its bytes."""
-    ext = _ext()
+# Each verb: (ext, parsed body, its bytes, arrival) -> the reply; and the reply to an error that message names.
+def _filter(ext: Any, body: Any, data: bytes, _arrival: float) -> Any:
+    args = _filter_args(ext, body, data, names_text=True)
+    return protocol.render_filter(args, ext.runtime.engine.filter(args))
+
+
+def _prioritize(ext: Any, body: Any, data: bytes, _arrival: float) -> Any:
+    args = _filter_args(ext, body, data, names_text=False)  # prioritize has no use for the NodeNames text
+    return protocol.render_priorities(ext.runtime.engine.prioritize(args))
+
+
+def _bind(ext: Any, body: Any, _data: bytes, arrival: float) -> Any:
+    return protocol.render_bind(ext.runtime.engine.bind(protocol.parse_bind_args(body), arrival))
+
+
+def _preempt(ext: Any, body: Any, data: bytes, _arrival: float) -> Any:
+    caps = _caps(ext)
+    args = protocol.parse_preempt_args(body, full_pods=caps.full_nodes > 0)
+    if "NodeNameToMetaVictims" in body and body["NodeNameToMetaVictims"] is not None and len(data) > caps.names:
+        raise RefusedError(413, f"request body larger than {caps.names} bytes (the NodeNameToMetaVictims form)")
+    result = ext.runtime.engine.preempt(args)
+    if result.dropped:
+        log.info("preempt %s/%s: kept %d candidate node(s), dropped %d (e.g. %s)",
+                 args.pod["metadata"]["namespace"], args.pod["metadata"]["name"], len(result.kept),
+                 len(result.dropped), next(iter(result.dropped.values()))[:300])
+    return protocol.render_preempt(result)
+
+
+VERBS: dict[str, tuple[Callable[[Any, Any, bytes, float], Any], Callable[[str], Any]]] = {
+    "filter": (_filter, lambda message: protocol.render_filter_error(None, message)),
+    "prioritize": (_prioritize, lambda message: []),
+    # The engine answers (and binds) within the caller's timeout counted from when the request's first
+    # bytes reached the process, before any wait for a thread (the worker stamps it).
+    "bind": (_bind, protocol.render_bind),
+    # not ready or an internal error: no candidates (a veto), never kube-scheduler's unchecked victims
+    "preempt": (_preempt, lambda message: protocol.render_preempt(PreemptResult({}, {}))),
+}
+
+
+def answer(ext: Any, verb: str, data: bytes, stamped: float | None) -> tuple[int, bytes]:
+    """One extender verb's request body to its status and reply (no Flask: the worker's direct routes and
+    the Flask routes both call this). ``stamped``: ``time.monotonic()`` when its first bytes arrived."""
+    handle, on_error = VERBS[verb]
     arrival = time.time()
     started, cpu = time.perf_counter(), time.thread_time()
     outcome = "ok"
-    data = _read_body(verb)
     try:
         problem = ext.runtime.serving_problem()
         if problem:
             outcome, status = "not_ready", 200
             payload = on_error(problem)
         else:
-            payload = handle(_parse(data), data)
+            payload = handle(ext, _parse(data), data, time.monotonic() if stamped is None else stamped)
             status = 200
     except ProtocolError as exc:
         outcome, status = "bad_request", 400
         payload = {"error": str(exc), "verb": verb}
+    except RefusedError as exc:  # a form's own body cap
+        outcome, status = "too_large", exc.status
+        payload = {"error": exc.message, "status": exc.status}
     except RecursionError:  # a value nested ~1,000 deep (orjson accepts 1,024) reached str() or repr()
         outcome, status = "bad_request", 400
         payload = {"error": "request body nests too deeply to be a Kubernetes object", "verb": verb}
-    except HTTPException:
-        raise
     except Exception as exc:  # a bug must not take scheduling down: log it, answer the protocol's error
         outcome, status = "error", 200
         log.exception("%s failed", verb)
@@ -106,53 +149,37 @@ def _serve(verb: str, handle: Callable[[Any, bytes], Any], on_error: Callable[[s
     ext.metrics.cpu.labels(verb).inc(time.thread_time() - cpu)
     if ext.recorder is not None:
         ext.recorder.record(verb, arrival, status, latency, data, reply)
+    return status, reply
+
+
+def direct_routes(ext: Any) -> dict[str, serving.DirectRoute]:
+    """The verbs as the serving worker's direct routes (``serving.WithDirectRoutes``)."""
+    return {"/" + verb: functools.partial(answer, ext, verb) for verb in VERBS}
+
+
+def _flask_verb(verb: str) -> Response:
+    status, reply = answer(_ext(), verb, _read_body(verb), serving.request_arrival())
     return Response(reply, status=status, mimetype="application/json")
 
 
 @bp.post("/filter")
 def filter_() -> Response:
-    def handle(body: Any, data: bytes) -> Any:
-        args = _filter_args(body, data)
-        return protocol.render_filter(args, _ext().runtime.engine.filter(args))
-    return _serve("filter", handle, lambda message: protocol.render_filter_error(None, message))
+    return _flask_verb("filter")
 
 
 @bp.post("/prioritize")
 def prioritize() -> Response:
-    def handle(body: Any, _data: bytes) -> Any:
-        args = _filter_args(body, None)  # prioritize has no use for the NodeNames text
-        return protocol.render_priorities(_ext().runtime.engine.prioritize(args))
-    return _serve("prioritize", handle, lambda message: [])
+    return _flask_verb("prioritize")
 
 
 @bp.post("/bind")
 def bind() -> Response:
-    # The engine answers (and binds) within the caller's timeout counted from when the request's first
-    # bytes reached the process, before any wait for a thread (the worker stamps it).
-    stamped = serving.request_arrival()
-    arrival = time.monotonic() if stamped is None else stamped
-
-    def handle(body: Any, _data: bytes) -> Any:
-        return protocol.render_bind(_ext().runtime.engine.bind(protocol.parse_bind_args(body), arrival))
-    return _serve("bind", handle, protocol.render_bind)
+    return _flask_verb("bind")
 
 
 @bp.post("/preempt")
 def preempt() -> Response:
-    # not ready or an internal error: no candidates (a veto), never kube-scheduler's unchecked victims
-    def handle(body: Any, _data: bytes) -> Any:
-        caps = _caps()
-        args = protocol.parse_preempt_args(body, full_pods=caps.full_nodes > 0)
-        if "NodeNameToMetaVictims" in body and body["NodeNameToMetaVictims"] is not None \
-                and (request.content_length or 0) > caps.names:
-            raise BodyTooLarge(f"request body larger than {caps.names} bytes (the NodeNameToMetaVictims form)")
-        result = _ext().runtime.engine.preempt(args)
-        if result.dropped:
-            log.info("preempt %s/%s: kept %d candidate node(s), dropped %d (e.g. %s)",
-                     args.pod["metadata"]["namespace"], args.pod["metadata"]["name"], len(result.kept),
-                     len(result.dropped), next(iter(result.dropped.values()))[:300])
-        return protocol.render_preempt(result)
-    return _serve("preempt", handle, lambda message: protocol.render_preempt(PreemptResult({}, {})))
+    return _flask_verb("preempt")
 
 
 @bp.get("/healthz")

@@ -46,7 +46,7 @@ def ensure_open_files(threads: int) -> tuple[int, int]:
 def serve(settings: config.Settings) -> None:
     from gunicorn.app.base import BaseApplication
 
-    from extender.http import connections, framing, serving
+    from extender.http import connections, framing, routes, serving
     from extender.http.app import create_app  # looked up now: bench/filter_latency.py wraps it
 
     limits = connections.Limits(framing.BodyCaps(settings.max_body_bytes, settings.max_full_nodes_body_bytes),
@@ -81,12 +81,13 @@ def serve(settings: config.Settings) -> None:
 
         def load(self) -> Any:
             app = create_app(settings)
+            ext = app.extensions["gang_extender"]
             metrics = config.metrics_address(settings)
             if metrics is not None:  # in the worker, beside the app whose registry it serves
                 from extender.http import metrics_listener
 
-                metrics_listener.start(*metrics, app.extensions["gang_extender"].metrics.registry)
-            return app
+                metrics_listener.start(*metrics, ext.metrics.registry)
+            return serving.WithDirectRoutes(app, routes.direct_routes(ext))  # the verbs without Flask
 
     ensure_open_files(settings.threads)
     logging.getLogger(__name__).info("gang-extender %s, %s", native.package_version(), native.hot_path().summary())

@@ -2,11 +2,14 @@
 and every reply the client does not take at once written by the poller after the thread is done.
 
 Owns: the worker class gunicorn loads (``worker_class``); handing a complete request (read by the
-poller in ``connections``) to gunicorn's parser and a thread, which writes its reply into memory
-(``Reply``) and then sends what the socket takes without waiting; the per-request arrival stamp
-(``request_arrival()``); taking the connection back after the handler, with the rest of its reply for
-the poller to send (``connections``), then the next request or a close. Must not: wait on a client on
-a thread (no read from it, no write that could block), know what the routes do, or decide anything
+poller in ``connections``) to a thread: a plain HTTP/1.1 POST to one of the application's direct
+routes (``WithDirectRoutes``: the extender's verbs) goes to its handler as the body's bytes, and its
+reply is written whole (``framing.answer``); any other request goes to gunicorn's parser and the WSGI
+application. Either way the thread writes its reply into memory (``Reply``) and then sends what the
+socket takes without waiting; the per-request arrival stamp (``request_arrival()``, and a direct
+route's argument); taking the connection back after the handler, with the rest of its reply for the
+poller to send (``connections``), then the next request or a close. Must not: wait on a client on a
+thread (no read from it, no write that could block), know what the routes do, or decide anything
 about scheduling.
 
 Why: gunicorn's gthread hands a connection to a thread as soon as it is readable and then reads the
@@ -14,7 +17,9 @@ request with blocking, unbounded reads, so a few thousand clients sending a byte
 thread, and a connection that sends nothing is kept for the keep-alive time (75 s). Here a thread
 starts only when a request's bytes are all in memory and ends when its reply is, so a thread is never
 waiting on a client; and a client that does not read its reply holds neither a thread nor its
-request's bytes, only the reply's bytes it has not taken (``connections``: the byte budget).
+request's bytes, only the reply's bytes it has not taken (``connections``: the byte budget). The
+direct routes exist because the poller has framed the request already: gunicorn's parser, the WSGI
+environ and Flask's dispatch cost more CPU than a filter's own work (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ import errno
 import io
 import threading
 from collections import deque
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, BinaryIO, NamedTuple
 
+import orjson
 from gunicorn import http
 
 from extender.http import framing
@@ -34,6 +41,21 @@ from extender.http.connections import Connection, Limits, PollingWorker, push
 JOIN_BYTES = 64 * 1024  # a head and a body this small go out in one send
 
 _request = threading.local()
+
+DirectRoute = Callable[[bytes, "float | None"], "tuple[int, bytes]"]
+"""A POST path's handler without WSGI: (the body, its arrival stamp) -> (status, the JSON reply)."""
+
+
+class WithDirectRoutes:
+    """A WSGI application whose ``routes`` (POST paths) ``ExtenderWorker`` answers from the request's
+    bytes, without gunicorn's parser, WSGI or the application; every other request goes to ``app``."""
+
+    def __init__(self, app: Any, routes: Mapping[str, DirectRoute]) -> None:
+        self.app = app
+        self.routes = dict(routes)
+
+    def __call__(self, environ: Any, start_response: Any) -> Any:
+        return self.app(environ, start_response)
 
 
 def request_arrival() -> float | None:
@@ -57,6 +79,12 @@ class Reply:
         self.started = False
         self.failed = False   # the connection failed: the rest is dropped
         self.aborted = False  # gunicorn gave up on the reply after starting it: close without sending it
+
+    def send(self, data: bytes) -> None:
+        """A whole reply, head and body, written at once (a direct route's)."""
+        self.started = True
+        self.out.append(data)
+        self.flush()
 
     def flush(self) -> None:
         """Send what the socket takes now of what is written (the head too)."""
@@ -106,11 +134,19 @@ class _Exchange(NamedTuple):
 class ExtenderWorker(PollingWorker):
     """The poller's worker (``connections``) serving each complete request on a thread."""
 
+    alive: bool  # gunicorn's: False once the worker is to stop (or restart) after the requests in hand
+
     def _dispatch(self, conn: Connection) -> None:
         head = conn.head
         assert head is not None
         self._reading.pop(conn, None)
         self._unregister(conn)
+        route = self._direct_route(head)
+        if route is not None:
+            body = bytes(memoryview(conn.buf)[head.size:head.total])
+            del conn.buf[:head.total]
+            self._submit(conn, self.answer, route, body, head.closes)
+            return
         if len(conn.buf) == head.total:  # the usual case: one copy
             request, conn.buf = bytes(conn.buf), bytearray()
         else:
@@ -118,16 +154,45 @@ class ExtenderWorker(PollingWorker):
             del conn.buf[:head.total]
         if head.expects_continue:
             request = framing.without_expect(request, head)
-        conn.request_arrival, conn.head = conn.arrival, None
-        conn.arrival = self._seen_at if conn.buf else None
         if conn.parser is None:
             conn.initialized = True
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         left = conn.parser.unreader.take_buffered()
         conn.parser.unreader.buf = io.BytesIO(request + left if left else request)  # shares ``request``
+        self._submit(conn, self.handle)
+
+    def _submit(self, conn: Connection, serve: Callable[..., bool], *args: Any) -> None:
+        """``serve(conn, reply, *args)`` on a thread, then ``finish_request`` on the poller."""
+        conn.request_arrival, conn.head = conn.arrival, None
+        conn.arrival = self._seen_at if conn.buf else None
         reply = Reply(conn.sock)
-        future = self.tpool.submit(self.handle, conn, reply)
+        future = self.tpool.submit(serve, conn, reply, *args)
         future.add_done_callback(lambda done: self.method_queue.defer(self.finish_request, conn, reply, done))
+
+    def _direct_route(self, head: framing.Head) -> DirectRoute | None:
+        routes: Mapping[str, DirectRoute] | None = getattr(self.wsgi, "routes", None)
+        if routes is None or head.method != "POST" or not head.plain:
+            return None
+        return routes.get(head.path)
+
+    def answer(self, conn: Connection, reply: Reply, route: DirectRoute, body: bytes, closes: bool) -> bool:
+        """Serve one request a direct route answers, its whole reply into ``reply`` and what the socket
+        takes of it at once (a worker thread); whether the connection serves another request."""
+        try:
+            status, payload = route(body, conn.request_arrival)
+        except Exception:  # the routes answer their own errors: this is a bug in one
+            self.log.exception("direct route failed")
+            status, payload, closes = 500, orjson.dumps({"error": "internal error", "status": 500}), True
+        self.nr += 1  # as gthread counts requests: --max-requests restarts the worker
+        if self.nr >= self.max_requests and self.alive:
+            self.log.info("Autorestarting worker after current request.")
+            self.alive = False
+        keep = not closes and self.alive and bool(self.cfg.keepalive) \
+            and len(self.keepalived_conns) < self.max_keepalived
+        if conn.sock.gettimeout() != 0.0:  # a drain of an earlier request on it may have set a timeout
+            conn.sock.setblocking(False)
+        reply.send(framing.answer(status, payload, keep))
+        return keep
 
     def handle(self, conn: Connection, reply: Reply) -> bool:
         """Serve the one request whose bytes are in the parser's buffer, its reply into ``reply``, and send

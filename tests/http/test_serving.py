@@ -217,8 +217,9 @@ def test_5000_slow_connections_do_not_stop_filters(server: LiveServer) -> None:
 @pytest.fixture(scope="module")
 def arrival_server() -> Iterator[int]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", "extender.http.serving.ExtenderWorker",
-                             "--threads", "1", "-b", f"127.0.0.1:{port}", "tests.http.arrival_app:app"], cwd=ROOT,
+    worker = "extender.http.serving.ExtenderWorker"
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", worker, "--threads", "1",
+                             "-b", f"127.0.0.1:{port}", "tests.http.arrival_app:application"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
@@ -264,3 +265,102 @@ def test_arrival_is_stamped_before_the_wait_for_a_thread(arrival_server: int) ->
 
 def test_no_arrival_outside_a_served_request() -> None:
     assert serving.request_arrival() is None
+
+
+# ------------------------------------------------------------------------------------ direct routes
+def post(port: int, path: str, body: bytes = b"", version: str = "HTTP/1.1", headers: str = "") -> bytes:
+    """One request on a connection of its own, closed by the client's ``Connection: close``; all the server sent."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(f"POST {path} {version}\r\nHost: x\r\nContent-Length: {len(body)}\r\n{headers}"
+                 f"Connection: close\r\n\r\n".encode() + body)
+    _, received = closed_after(sock)
+    return received
+
+
+def reply_json(received: bytes) -> dict[str, Any]:
+    return dict(json.loads(received.partition(b"\r\n\r\n")[2]))
+
+
+def test_a_direct_route_answers_a_plain_post_and_the_app_everything_else(arrival_server: int) -> None:
+    assert reply_json(post(arrival_server, "/direct", b"0"))["direct"] is True
+    assert reply_json(post(arrival_server, "/direct", b"0", version="HTTP/1.0"))["direct"] is False
+    assert reply_json(post(arrival_server, "/direct?x=1", b"0"))["direct"] is False
+    assert reply_json(post(arrival_server, "/direct", b"0", headers="Upgrade: h2c\r\n"))["direct"] is False
+    assert reply_json(post(arrival_server, "/elsewhere", b"0"))["direct"] is False
+    conn = http.client.HTTPConnection("127.0.0.1", arrival_server, timeout=10)
+    assert get(conn, "/direct")["direct"] is False  # a GET: the app's
+    conn.close()
+
+
+def test_a_direct_route_keeps_the_connection_and_stamps_each_request(arrival_server: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", arrival_server, timeout=10)
+    answers = []
+    for _ in range(3):
+        sent = time.monotonic()
+        conn.request("POST", "/direct", body=b"0")
+        reply = conn.getresponse()
+        assert reply.status == 200 and reply.getheader("Connection") is None
+        answers.append((sent, json.loads(reply.read())))
+    conn.close()
+    for sent, answer in answers:
+        assert answer["direct"] and sent <= answer["arrival"] <= answer["started"]
+
+
+def test_a_direct_route_is_stamped_before_the_wait_for_a_thread(arrival_server: int) -> None:
+    busy = http.client.HTTPConnection("127.0.0.1", arrival_server, timeout=10)
+    holder = threading.Thread(target=get, args=(busy, "/sleep?0.8"))
+    holder.start()
+    time.sleep(0.2)  # the only thread sleeps now
+    sent = time.monotonic()
+    answer = reply_json(post(arrival_server, "/direct", b"0"))
+    holder.join()
+    busy.close()
+    assert sent <= answer["arrival"] <= sent + 0.2
+    assert answer["started"] - answer["arrival"] >= 0.4  # it waited for the thread; the stamp did not
+
+
+def test_direct_and_app_requests_pipelined_on_one_connection_are_answered_in_order(arrival_server: int) -> None:
+    sock = socket.create_connection(("127.0.0.1", arrival_server), timeout=10)
+    sock.sendall(b"POST /direct HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n0.01"
+                 b"GET /arrival HTTP/1.1\r\nHost: x\r\n\r\n"
+                 b"POST /direct HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n0"
+                 b"POST /direct HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\n0.0")
+    _, received = closed_after(sock)
+    replies = [part for part in received.split(b"HTTP/1.1 ") if part and not part.startswith(b"100 ")]
+    bodies = [json.loads(part.partition(b"\r\n\r\n")[2]) for part in replies]
+    assert [(body["direct"], body.get("body")) for body in bodies] == [
+        (True, "0.01"), (False, None), (True, "0"), (True, "0.0")], received
+    assert replies[-1].count(b"Connection: close") == 1
+
+
+def test_a_direct_route_that_raises_gets_a_500_and_the_connection_closes(arrival_server: int) -> None:
+    sock = socket.create_connection(("127.0.0.1", arrival_server), timeout=10)
+    sock.sendall(b"POST /broken HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n0")  # asks to keep it
+    _, received = closed_after(sock)
+    assert received.startswith(b"HTTP/1.1 500 Error\r\n") and b"Connection: close" in received, received
+    assert reply_json(received) == {"error": "internal error", "status": 500}
+    assert reply_json(post(arrival_server, "/direct", b"0"))["direct"] is True  # the worker serves on
+
+
+@pytest.mark.parametrize("body", [FILTER, b"{not json", b"", json.dumps({"Pod": {}, "NodeNames": ["n"]}).encode()],
+                         ids=["filter", "not-json", "empty", "bad-pod"])
+def test_the_verbs_answer_the_same_direct_and_through_flask(server: LiveServer, body: bytes) -> None:
+    direct = post(server.port, "/filter", body)
+    through_flask = post(server.port, "/filter?via=flask", body)  # a query: gunicorn and Flask serve it
+    assert b"Server: gunicorn" not in direct and b"Server: gunicorn" in through_flask
+    assert direct.split(b" ")[1] == through_flask.split(b" ")[1]  # the status
+    assert reply_json(direct) == reply_json(through_flask)
+
+
+def test_a_direct_request_is_counted_in_the_metrics(server: LiveServer) -> None:
+    def filters() -> float:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        line = 'gang_extender_requests_total{outcome="ok",verb="filter"} '
+        return sum(float(row[len(line):]) for row in text.splitlines() if row.startswith(line))
+
+    before = filters()
+    assert b"Server: gunicorn" not in post(server.port, "/filter", FILTER)
+    assert filters() == before + 1
