@@ -10,6 +10,7 @@ route answers), or do I/O.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import orjson
@@ -21,6 +22,14 @@ BIND_BODY_MAX_BYTES = 16 * 1024  # an ExtenderBindingArgs is < 1 KiB (four names
 OTHER_BODY_MAX_BYTES = 16 * 1024  # /healthz, /readyz, /metrics, /explain take no body
 FIT_BODY_MAX_BYTES = 1024 * 1024  # /fit: a Job or JobSet is a few KiB; 1,000 Pods written out ~1 MiB
 NAME_LIST_PATHS = ("/filter", "/prioritize", "/preempt")
+# A head a direct route may answer is one gunicorn would accept: within its default limits, each header
+# name a token and each value free of control characters but tab (no obs-fold, stray CR or LF, NUL).
+# Anything else goes to gunicorn, which refuses it, so the two never read one request two ways.
+DIRECT_LINE_MAX_BYTES = 4094      # gunicorn's limit_request_line
+DIRECT_HEADERS_MAX = 100          # its limit_request_fields
+DIRECT_HEADER_MAX_BYTES = 8190    # its limit_request_field_size
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
 _DIGITS_MAX = 15                 # a Content-Length longer than this is over every cap
 
 
@@ -48,7 +57,7 @@ class Head:
     body_bytes: int      # Content-Length (0 without one)
     expects_continue: bool
     method: str = ""
-    plain: bool = False  # HTTP/1.1, no query, no Upgrade, Connection (if any) close or keep-alive: direct
+    plain: bool = False  # well-formed HTTP/1.1, no query, no Upgrade, Connection close or keep-alive: direct
     closes: bool = False  # ``Connection: close``
 
     @property
@@ -84,12 +93,15 @@ def find_head(buf: bytes | bytearray, caps: BodyCaps) -> Head | None:
     target = lines[0].split(b" ")
     if len(target) != 3:
         raise RefusedError(400, "malformed request line")
-    path, query, _ = target[1].partition(b"?")
-    plain = target[2] == b"HTTP/1.1" and not query
+    path, has_query, _ = target[1].partition(b"?")
+    plain = (target[2] == b"HTTP/1.1" and not has_query and len(lines[0]) <= DIRECT_LINE_MAX_BYTES
+             and len(lines) <= DIRECT_HEADERS_MAX + 1)
     length: int | None = None
     expects_continue = closes = False
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
+        plain = plain and len(line) <= DIRECT_HEADER_MAX_BYTES and bool(_TOKEN.fullmatch(name)) \
+            and bool(_FIELD_VALUE.fullmatch(value))  # no fold, stray CR or LF, NUL or space before the colon
         name, value = name.strip().lower(), value.strip()
         if not colon:
             raise RefusedError(400, "malformed header line")
@@ -99,11 +111,12 @@ def find_head(buf: bytes | bytearray, caps: BodyCaps) -> Head | None:
             length = int(value) if len(value) <= _DIGITS_MAX else 10**_DIGITS_MAX
         elif name == b"transfer-encoding":
             raise RefusedError(411, "send the body with a Content-Length (Transfer-Encoding is not accepted)")
-        elif name == b"expect" and value.lower() == b"100-continue":
-            expects_continue = True
-        elif name == b"connection":
-            closes = value.lower() == b"close"
-            plain = plain and (closes or value.lower() == b"keep-alive")
+        elif name == b"expect":
+            expects_continue = expects_continue or value.lower() == b"100-continue"
+            plain = plain and value.lower() == b"100-continue"
+        elif name == b"connection":  # a close anywhere closes (RFC 9112 9.6)
+            closes = closes or value.lower() == b"close"
+            plain = plain and value.lower() in (b"close", b"keep-alive")
         elif name == b"upgrade":
             plain = False
     text = path.decode("latin-1")

@@ -119,6 +119,12 @@ class Reply:
     def shutdown(self, how: int) -> None:
         self.aborted = True
 
+    def gettimeout(self) -> float:  # gunicorn's error replies (util.write_error) ask; writes here never wait
+        return 0.0
+
+    def setblocking(self, flag: bool) -> None:
+        pass
+
     def close(self) -> None:
         self.aborted = True
 
@@ -145,7 +151,7 @@ class ExtenderWorker(PollingWorker):
         if route is not None:
             body = bytes(memoryview(conn.buf)[head.size:head.total])
             del conn.buf[:head.total]
-            self._submit(conn, self.answer, route, body, head.closes)
+            self._submit(conn, self.answer, route, head, body)
             return
         if len(conn.buf) == head.total:  # the usual case: one copy
             request, conn.buf = bytes(conn.buf), bytearray()
@@ -175,13 +181,16 @@ class ExtenderWorker(PollingWorker):
             return None
         return routes.get(head.path)
 
-    def answer(self, conn: Connection, reply: Reply, route: DirectRoute, body: bytes, closes: bool) -> bool:
+    def answer(self, conn: Connection, reply: Reply, route: DirectRoute, head: framing.Head, body: bytes) -> bool:
         """Serve one request a direct route answers, its whole reply into ``reply`` and what the socket
         takes of it at once (a worker thread); whether the connection serves another request."""
+        closes = head.closes
         try:
             status, payload = route(body, conn.request_arrival)
+            if type(status) is not int or type(payload) is not bytes:
+                raise TypeError(f"a direct route must answer (int, bytes), not ({type(status)}, {type(payload)})")
         except Exception:  # the routes answer their own errors: this is a bug in one
-            self.log.exception("direct route failed")
+            self.log.exception("direct route %s failed", head.path)
             status, payload, closes = 500, orjson.dumps({"error": "internal error", "status": 500}), True
         self.nr += 1  # as gthread counts requests: --max-requests restarts the worker
         if self.nr >= self.max_requests and self.alive:
@@ -192,6 +201,10 @@ class ExtenderWorker(PollingWorker):
         if conn.sock.gettimeout() != 0.0:  # a drain of an earlier request on it may have set a timeout
             conn.sock.setblocking(False)
         reply.send(framing.answer(status, payload, keep))
+        if self.log.access_log_enabled:  # as gunicorn logs the requests it serves (--log-level debug)
+            client = conn.client[0] if isinstance(conn.client, tuple) else conn.client
+            self.log.access_log.info('%s - - %s "POST %s HTTP/1.1" %d %d', client, self.log.now(), head.path,
+                                     status, len(payload))
         return keep
 
     def handle(self, conn: Connection, reply: Reply) -> bool:

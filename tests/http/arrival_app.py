@@ -3,7 +3,7 @@
 ``/sleep?SECONDS`` sleeps (to keep the only thread busy); every path answers JSON with
 ``request_arrival()`` and ``time.monotonic()`` when the handler started (one clock for all processes).
 ``application`` adds the worker's direct routes: ``POST /direct`` answers the same with ``"direct": true``
-and the stamp it was handed (a body of a number: sleep that long first); ``POST /broken`` raises.
+and the stamp it was handed (a body starting with a number: sleep that long first); ``POST /broken`` raises.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
 
 def direct(body: bytes, arrival: float | None) -> tuple[int, bytes]:
     started = time.monotonic()
-    time.sleep(float(body or 0))
+    time.sleep(float(body.split()[0]) if body.strip() else 0)
     return 200, json.dumps({"arrival": arrival, "started": started, "direct": True, "body": body.decode()}).encode()
 
 

@@ -7,6 +7,7 @@ latency measurements: bench/slow_connections.py measures the filter latency unde
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -216,9 +217,16 @@ def test_5000_slow_connections_do_not_stop_filters(server: LiveServer) -> None:
 # ------------------------------------------------------------------------------------ arrival stamp
 @pytest.fixture(scope="module")
 def arrival_server() -> Iterator[int]:
+    with gunicorn_serving() as port:
+        yield port
+
+
+@contextlib.contextmanager
+def gunicorn_serving(*args: str) -> Iterator[int]:
+    """gunicorn with one ``ExtenderWorker`` thread serving tests/http/arrival_app.py; its port."""
     port = free_port()
     worker = "extender.http.serving.ExtenderWorker"
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", worker, "--threads", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", worker, "--threads", "1", *args,
                              "-b", f"127.0.0.1:{port}", "tests.http.arrival_app:application"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -342,11 +350,80 @@ def test_a_direct_route_that_raises_gets_a_500_and_the_connection_closes(arrival
     assert reply_json(post(arrival_server, "/direct", b"0"))["direct"] is True  # the worker serves on
 
 
-@pytest.mark.parametrize("body", [FILTER, b"{not json", b"", json.dumps({"Pod": {}, "NodeNames": ["n"]}).encode()],
-                         ids=["filter", "not-json", "empty", "bad-pod"])
-def test_the_verbs_answer_the_same_direct_and_through_flask(server: LiveServer, body: bytes) -> None:
-    direct = post(server.port, "/filter", body)
-    through_flask = post(server.port, "/filter?via=flask", body)  # a query: gunicorn and Flask serve it
+def test_a_pipelined_request_after_a_direct_connection_close_is_not_served(arrival_server: int) -> None:
+    sock = socket.create_connection(("127.0.0.1", arrival_server), timeout=10)
+    sock.sendall(b"POST /direct HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nConnection: close\r\n\r\n0"
+                 b"POST /direct HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n1")
+    _, received = closed_after(sock)
+    assert received.count(b"HTTP/1.1 200 ") == 1 and b'"body": "0"' in received, received
+
+
+def test_a_close_in_any_connection_header_closes(arrival_server: int) -> None:
+    sock = socket.create_connection(("127.0.0.1", arrival_server), timeout=10)
+    sock.sendall(b"POST /direct HTTP/1.1\r\nHost: x\r\nConnection: close\r\nConnection: keep-alive\r\n"
+                 b"Content-Length: 1\r\n\r\n0GET /arrival HTTP/1.1\r\nHost: x\r\n\r\n")
+    _, received = closed_after(sock)
+    assert received.count(b"HTTP/1.1 200 ") == 1 and b"Connection: close" in received, received
+
+
+def test_a_body_holding_a_blank_line_and_a_request_reaches_the_direct_route_whole(arrival_server: int) -> None:
+    body = b"0" + b" " * 15_000 + b"\r\n\r\nGET / HTTP/1.1\r\n\r\n"
+    answer = reply_json(post(arrival_server, "/direct", body))
+    assert answer["direct"] is True and answer["body"] == body.decode()
+
+
+# Heads gunicorn refuses: a direct route must not read them another way (a proxy reading them gunicorn's
+# way could otherwise smuggle a request past it).
+MALFORMED_HEADS = {
+    "space before colon": b"Content-Length : 1\r\n",
+    "control in name": b"Content-Length\x0b: 1\r\nContent-Length: 1\r\n",
+    "bare LF": b"X: a\nY: b\r\nContent-Length: 1\r\n",
+    "folded line": b"X-A: a\r\n Connection: keep-alive\r\nContent-Length: 1\r\n",
+    "NUL in a value": b"X: a\x00b\r\nContent-Length: 1\r\n",
+    "unknown expectation": b"Expect: something\r\nContent-Length: 1\r\n",
+    "header too long": b"X: " + b"a" * 9000 + b"\r\nContent-Length: 1\r\n",
+    "too many headers": b"".join(b"X-%d: a\r\n" % i for i in range(101)) + b"Content-Length: 1\r\n",
+}
+
+
+@pytest.mark.parametrize("headers", MALFORMED_HEADS.values(), ids=MALFORMED_HEADS.keys())
+def test_a_malformed_head_goes_to_gunicorn_which_refuses_it(arrival_server: int, headers: bytes) -> None:
+    sock = socket.create_connection(("127.0.0.1", arrival_server), timeout=10)
+    sock.sendall(b"POST /direct HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n0GET /arrival HTTP/1.1\r\n\r\n")
+    _, received = closed_after(sock)
+    assert received[9:10] == b"4" and received.count(b"HTTP/1.1 ") == 1, received  # 400, 417 or 431
+
+
+def test_max_requests_closes_the_direct_routes_connection_too() -> None:
+    with gunicorn_serving("--max-requests", "2") as port:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        closing = []
+        for _ in range(2):
+            conn.request("POST", "/direct", body=b"0")
+            reply = conn.getresponse()
+            assert json.loads(reply.read())["direct"] is True
+            closing.append(reply.getheader("Connection"))
+        conn.close()
+    assert closing == [None, "close"]  # the worker restarts after its second request
+
+
+VERB_BODIES = {
+    "filter": ("/filter", FILTER),
+    "filter, not JSON": ("/filter", b"{not json"),
+    "filter, empty": ("/filter", b""),
+    "filter, bad pod": ("/filter", json.dumps({"Pod": {}, "NodeNames": ["n"]}).encode()),
+    "prioritize": ("/prioritize", FILTER),
+    "preempt, bad": ("/preempt", json.dumps({"Pod": {}}).encode()),
+    "bind, unknown pod": ("/bind", json.dumps({"PodName": "nobody", "PodNamespace": "default", "PodUID": "u-none",
+                                               "Node": NODE_NAMES[0]}).encode()),
+    "bind, bad": ("/bind", json.dumps({"PodName": 3}).encode()),
+}
+
+
+@pytest.mark.parametrize(("path", "body"), VERB_BODIES.values(), ids=VERB_BODIES.keys())
+def test_the_verbs_answer_the_same_direct_and_through_flask(server: LiveServer, path: str, body: bytes) -> None:
+    direct = post(server.port, path, body)
+    through_flask = post(server.port, path + "?via=flask", body)  # a query: gunicorn and Flask serve it
     assert b"Server: gunicorn" not in direct and b"Server: gunicorn" in through_flask
     assert direct.split(b" ")[1] == through_flask.split(b" ")[1]  # the status
     assert reply_json(direct) == reply_json(through_flask)
