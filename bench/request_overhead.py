@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """What one HTTP request costs in CPU on this stack, outside any extender logic.
 
-1. **Serving**: gunicorn (one gthread worker, as ``gang-extender serve`` runs it) answering a filter
-   body of 420 node names by echoing them, once through a Flask route and once as a bare WSGI
-   function; a closed loop over one keep-alive connection (``http.client``) for ``--seconds``; the
-   worker's CPU time (``/proc``) divided by the requests answered.
+1. **Serving**: gunicorn (one worker) answering a filter body of 420 node names by echoing them: on
+   gunicorn's gthread worker through a Flask route and as a bare WSGI function; on gang-extender's
+   serving worker (``extender.http.serving``, as ``gang-extender serve`` runs it) through a Flask route
+   and as a direct route (how it answers the verbs); a closed loop over one keep-alive connection
+   (``http.client``) for ``--seconds``; the worker's CPU time (``/proc``) divided by the requests answered.
 2. **A Binding through ``extender.kube.client``**: ``KubeClient.bind`` against a local stub API server (a
    ``http.server`` thread answering 201), CPU time of the calling thread per call.
 
@@ -51,6 +52,18 @@ def wsgi_app(environ, start_response):
     body = orjson.dumps({"NodeNames": args["NodeNames"], "FailedNodes": {}, "Error": ""})
     start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
     return [body]
+
+
+def echo(data, arrival):
+    args = orjson.loads(data)
+    return 200, orjson.dumps({"NodeNames": args["NodeNames"], "FailedNodes": {}, "Error": ""})
+
+
+try:  # the serving worker's direct route (extender.http.serving), Flask for everything else
+    from extender.http.serving import WithDirectRoutes
+    direct_app = WithDirectRoutes(flask_app, {"/filter": echo})
+except ImportError:  # a tree without direct routes
+    direct_app = None
 '''
 
 
@@ -72,12 +85,14 @@ def worker_pid(master: int) -> int:
     return int(children[0])
 
 
-def serving(app: str, body: bytes, seconds: float, workdir: Path) -> tuple[int, float]:
-    """(requests answered, worker CPU seconds) for ``app`` under gunicorn."""
+def serving(app: str, body: bytes, seconds: float, workdir: Path, worker: str = "gthread") -> tuple[int, float]:
+    """(requests answered, worker CPU seconds) for ``app`` under gunicorn with the ``worker`` class."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", "1", "-k", "gthread", "--threads", "64",
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", "1", "-k", worker, "--threads", "64",
                              "--keep-alive", "75", "-b", f"127.0.0.1:{port}", "--log-level", "warning",
-                             f"echo_apps:{app}"], cwd=workdir, start_new_session=True)
+                             f"echo_apps:{app}"], cwd=workdir, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (
+                                os.environ.get("PYTHONPATH"), str(ROOT))))})
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -161,9 +176,12 @@ def main() -> int:
         (workdir / "echo_apps.py").write_text(APPS)
         print(f"| what | requests | CPU per request ({os.cpu_count()} cpu) |")
         print("|---|---:|---:|")
-        for app, label in (("flask_app", "gunicorn gthread + Flask route, echo"),
-                           ("wsgi_app", "gunicorn gthread + bare WSGI function, echo")):
-            count, cpu = serving(app, body, args.seconds, workdir)
+        ours = "extender.http.serving.ExtenderWorker"
+        for app, worker, label in (("flask_app", "gthread", "gunicorn gthread + Flask route, echo"),
+                                   ("wsgi_app", "gthread", "gunicorn gthread + bare WSGI function, echo"),
+                                   ("flask_app", ours, "gang-extender's serving worker + Flask route, echo"),
+                                   ("direct_app", ours, "gang-extender's serving worker + direct route, echo")):
+            count, cpu = serving(app, body, args.seconds, workdir, worker)
             print(f"| {label} ({args.names} names) | {count:,} | {cpu / count * 1e3:.3f} ms |")
         per_call = binding_cpu(args.bindings, workdir)
         print(f"| `KubeClient.bind`, stub API server | {args.bindings:,} | {per_call * 1e3:.3f} ms |")
