@@ -284,6 +284,16 @@ def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0,
     return Harness(mirror, cache, ledger, engine, binder, clock, events, woken, statuses)
 
 
+def assert_demand_counted(ledger: GangLedger) -> None:
+    """The registry's running count of held binds and reserved places is exact over its records, and so
+    never below the barrier's budget's own count (which it stands in for while far from the limit)."""
+    with ledger.lock:
+        registry = ledger.registry
+        exact = sum(len(record.holds) + record.reserved for record in registry.all())
+        assert registry.demand_bound() == exact, (registry.demand_bound(), exact)
+        assert registry.demand_bound() >= ledger.admission.held_demand()
+
+
 def slots_of(ledger: GangLedger, gang: GangKey) -> tuple[tuple[str, dict[str, int]], ...]:
     """The gang's reserved slots as its record holds them (() when it holds none)."""
     record = ledger.record(gang)

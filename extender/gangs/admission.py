@@ -211,6 +211,8 @@ class Admission:
             return None
         if needed > limit:
             return Verdict(Code.WAIT_UNRESOLVABLE, messages.holds_too_many(gang, needed, limit))
+        if self.registry.demand_bound() + needed <= limit:  # room even if every held and reserved place counted
+            return None
         in_flight = self.held_demand()
         if in_flight + needed > limit:
             return Verdict(Code.WAIT_RESOLVABLE, messages.barrier_full(gang, in_flight, needed, limit))

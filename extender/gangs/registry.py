@@ -83,6 +83,8 @@ class GangRegistry:
         self._holding: dict[GangKey, GangRecord] = {}  # a superset of those holding binds or admitted
         self._waiting: dict[GangKey, GangRecord] = {}  # a superset of those waiting their turn
         self._draining: dict[GangKey, GangRecord] = {}  # a superset of those draining or preempting
+        self._held = 0      # held binds over the records (``apply`` holds and answers them: the only code that does)
+        self._reserved = 0  # reserved places over the records (``_reserve`` sets reservations: the only code)
         self._dues: list[tuple[float, int, GangRecord]] = []  # a heap of (when, seq, gang): the schedule
         self._due_seq = itertools.count()  # ties keep their order, and records are never compared
         self._bound: set[GangKey] = set()
@@ -105,6 +107,8 @@ class GangRegistry:
     def drop(self, record: GangRecord) -> None:
         """Forget a gang with nothing held or reserved (its members are gone)."""
         del self._records[record.key]
+        self._held -= len(record.holds)  # none, as said; its later answers count for nothing (``_perform``)
+        self._reserved -= record.reserved
         self._busy.pop(record.key, None)
         self._holding.pop(record.key, None)
         self._waiting.pop(record.key, None)
@@ -164,6 +168,14 @@ class GangRegistry:
         self._holding = {g: r for g, r in records if _holds(r)}
         self._waiting = {g: r for g, r in records if _waits_turn(r)}
         self._draining = {g: r for g, r in records if r.draining or r.preempting}
+        self._held = sum(len(r.holds) for r in self._records.values())
+        self._reserved = sum(r.reserved for r in self._records.values())
+
+    def demand_bound(self) -> int:
+        """Held binds plus reserved places over every gang: never below the barrier's budget's count
+        (``Admission.held_demand``: binds still waiting, places of admitted gangs), and kept as they change,
+        so the budget is counted only when this comes near its limit."""
+        return self._held + self._reserved
 
     def due_by(self, when: float, record: GangRecord) -> float:
         """Something a sweep acts on for ``record`` falls due at ``when`` (a deadline, a held bind's answer,
@@ -255,7 +267,10 @@ class GangRegistry:
             case Reserve(record, reservation):
                 self._reserve(record, reservation)
             case HoldAt(record, hold):
+                before = len(record.holds)
                 record.holds[hold.pod.uid] = hold
+                if self._records.get(record.key) is record:
+                    self._held += len(record.holds) - before
                 self.mirror.assume(hold.pod.uid, hold.node)
                 self._holding[record.key] = self._busy[record.key] = record
             case Answer(record, hold, result, bound):
@@ -263,6 +278,8 @@ class GangRegistry:
                     self.mirror.forget(hold.pod.uid)
                 if record is not None and record.holds.get(hold.pod.uid) is hold:
                     del record.holds[hold.pod.uid]
+                    if self._records.get(record.key) is record:
+                        self._held -= 1
                 hold.answer(result)
             case Assume(uid, node):
                 self.mirror.assume(uid, node)
@@ -290,7 +307,10 @@ class GangRegistry:
                 self.counters[name] += amount
 
     def _reserve(self, record: GangRecord, reservation: Reservation | None) -> None:
+        before = record.reserved
         record.reservation = reservation
+        if self._records.get(record.key) is record:
+            self._reserved += record.reserved - before
         if _waits_turn(record):
             self._waiting[record.key] = record
         if reservation is None:

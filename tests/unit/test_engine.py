@@ -17,6 +17,7 @@ from extender.engine.requests import FilterResult
 from extender.model.gang import GangKey, GroupKind, GroupRef
 from tests.builders import (
     Harness,
+    assert_demand_counted,
     bind_args,
     coscheduling_podgroup,
     filter_args,
@@ -34,6 +35,7 @@ def h(request: pytest.FixtureRequest) -> Iterator[Harness]:
     """The harness; ``@pytest.mark.parametrize("h", [{...}], indirect=True)`` passes ``make_engine`` more settings."""
     harness = make_engine(**{"timeout_seconds": 30.0, "backoff_seconds": 10.0, **getattr(request, "param", {})})
     yield harness
+    assert_demand_counted(harness.ledger)  # after every test of this file
     harness.close()
 
 
@@ -772,6 +774,36 @@ def test_the_full_sweep_finds_an_admitted_gang_that_no_step_marked_as_holding(h:
     assert h.ledger.view.held_demand() == 0
     h.ledger.sweep()
     assert h.ledger.view.held_demand() == 4
+
+
+@pytest.mark.parametrize("h", [{"max_held_binds": 9}], indirect=True)
+def test_the_budget_is_counted_gang_by_gang_only_near_its_limit(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry's running count of held binds and reserved places bounds the budget's count: while it
+    leaves room, admission walks no gang; once it does not, the budget is counted exactly."""
+    nodes(h, [f"n{i}" for i in range(1, 9)])
+    names = [f"n{i}" for i in range(1, 9)]
+    a, b, c = gang_pods("a", 4, cpu="1"), gang_pods("b", 4, cpu="1"), gang_pods("c", 4, cpu="1")
+    h.add(*(coscheduling_podgroup(g, 4) for g in "abc"), *a, *b, *c)
+    counted: list[int] = []
+    exact = h.ledger.admission.held_demand
+    monkeypatch.setattr(h.ledger.admission, "held_demand", lambda: counted.append(exact()) or counted[-1])
+    assert h.engine.filter(filter_args(a[0], names)).feasible  # 0 + 4 <= 9: not counted
+    assert counted == [] and h.ledger.registry.demand_bound() == 4
+    assert h.engine.filter(filter_args(b[0], names)).feasible  # 4 + 4 <= 9: not counted
+    assert counted == [] and h.ledger.registry.demand_bound() == 8
+    assert not h.engine.filter(filter_args(c[0], names)).feasible  # 8 + 4 > 9: counted, and full
+    assert counted == [8]
+
+
+@pytest.mark.parametrize("h", [{"max_held_binds": 5}], indirect=True)
+def test_the_full_sweep_recounts_held_binds_and_reserved_places(h: Harness) -> None:
+    nodes(h, [f"n{i}" for i in range(1, 9)])
+    a = gang_pods("a", 4, cpu="1")
+    h.add(coscheduling_podgroup("a", 4), *a)
+    assert h.engine.filter(filter_args(a[0], [f"n{i}" for i in range(1, 9)])).feasible
+    h.ledger.registry._reserved = -100  # as if a change had gone uncounted
+    h.ledger.sweep()
+    assert h.ledger.registry.demand_bound() == 4
 
 
 @pytest.mark.parametrize("h", [{"max_held_binds": 3}], indirect=True)

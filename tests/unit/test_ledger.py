@@ -15,7 +15,7 @@ from extender.gangs.record import GangRecord
 from extender.gangs.settings import GangSettings
 from extender.model.cluster import PodRecord
 from extender.model.gang import PASS, Code, GangKey, GangPolicy, GroupKind, Verdict
-from tests.builders import EventLog, FakeClock, coscheduling_podgroup, node, pod, slots_of
+from tests.builders import EventLog, FakeClock, assert_demand_counted, coscheduling_podgroup, node, pod, slots_of
 
 NODES4 = ["n1", "n2", "n3", "n4"]
 SLOT = {"cpu": 3000, "memory": 2**30, "pods": 1}
@@ -67,6 +67,7 @@ def w() -> Iterator[World]:
     world = World()
     yield world
     assert_scheduled(world.ledger)  # after every test of this file
+    assert_demand_counted(world.ledger)
 
 
 def test_admission_reserves_the_whole_gang_and_starts_the_clock(w: World) -> None:
