@@ -201,7 +201,7 @@ class ExtenderWorker(PollingWorker):
         if conn.sock.gettimeout() != 0.0:  # a drain of an earlier request on it may have set a timeout
             conn.sock.setblocking(False)
         reply.send(framing.answer(status, payload, keep))
-        if self.log.access_log_enabled:  # as gunicorn logs the requests it serves (--log-level debug)
+        if getattr(self.log, "access_log_enabled", self.cfg.accesslog):  # as gunicorn logs what it serves
             client = conn.client[0] if isinstance(conn.client, tuple) else conn.client
             self.log.access_log.info('%s - - %s "POST %s HTTP/1.1" %d %d', client, self.log.now(), head.path,
                                      status, len(payload))

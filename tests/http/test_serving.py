@@ -441,3 +441,16 @@ def test_a_direct_request_is_counted_in_the_metrics(server: LiveServer) -> None:
     before = filters()
     assert b"Server: gunicorn" not in post(server.port, "/filter", FILTER)
     assert filters() == before + 1
+
+
+def test_the_direct_routes_write_the_access_log_at_debug(tmp_path: Path) -> None:
+    live = LiveServer(tmp_path, {"apiVersion": "v1", "kind": "List", "items": snapshot_objects()},
+                      args=["--log-level", "debug"])
+    with live:
+        assert b"Server: gunicorn" not in post(live.port, "/filter", FILTER)  # answered directly
+        assert b"Server: gunicorn" in post(live.port, "/filter?via=flask", FILTER)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and live.log_path.read_text().count("/filter") < 2:
+            time.sleep(0.05)  # the log is written by the server process: wait for both lines
+        log = live.log_path.read_text()
+    assert '"POST /filter HTTP/1.1" 200 ' in log and '"POST /filter?via=flask HTTP/1.1" 200 ' in log, log[-2000:]
