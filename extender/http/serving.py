@@ -19,7 +19,7 @@ starts only when a request's bytes are all in memory and ends when its reply is,
 waiting on a client; and a client that does not read its reply holds neither a thread nor its
 request's bytes, only the reply's bytes it has not taken (``connections``: the byte budget). The
 direct routes exist because the poller has framed the request already: gunicorn's parser, the WSGI
-environ and Flask's dispatch cost more CPU than a filter's own work (docs/performance.md).
+environ and Flask's dispatch cost about as much CPU as a backlog filter's own work (docs/decisions/0006).
 """
 
 from __future__ import annotations
