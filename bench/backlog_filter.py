@@ -64,6 +64,7 @@ def snapshot(gangs: int, size: int, general: int = 984,
     for i, template in enumerate(plan.pods):
         pod = orjson.loads(orjson.dumps(template))
         pod["metadata"]["uid"] = f"uid-{i}"
+        pod["metadata"]["resourceVersion"] = str(1000 + i)  # as the API server has it
         pod["spec"]["schedulerName"] = "default-scheduler"
         pod["status"] = {"phase": "Pending"}
         pods.append(pod)

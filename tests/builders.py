@@ -29,6 +29,7 @@ from extender.model.cluster import PodRecord
 from extender.model.gang import GangKey, GangStatus, GroupKind, GroupRef, TopologyConstraint
 
 _uids = itertools.count(1)
+_versions = itertools.count(1)  # every pod built is a new version, as the API server numbers them
 
 
 def node(name: str, cpu: str = "4", memory: str = "16Gi", *, labels: Mapping[str, str] | None = None,
@@ -62,7 +63,7 @@ def pod(name: str, uid: str | None = None, cpu: str | None = "1", memory: str | 
     Gang links: with ``workload`` the pod has ``spec.workloadRef{name: workload, podGroup: pod_group,
     podGroupReplicaKey: replica}`` (Workload API); with only ``pod_group`` it carries the coscheduling
     label ``scheduling.x-k8s.io/pod-group: pod_group`` (scheduler-plugins PodGroup). ``uid`` defaults to
-    a fresh unique value.
+    a fresh unique value; ``metadata.resourceVersion`` is fresh for every pod built.
     """
     requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
     spec: dict[str, Any] = {
@@ -91,7 +92,7 @@ def pod(name: str, uid: str | None = None, cpu: str | None = "1", memory: str | 
         spec["schedulerName"] = scheduler_name
     metadata: dict[str, Any] = {"name": name, "namespace": namespace,
                                 "uid": uid if uid is not None else f"uid-{name}-{next(_uids)}",
-                                "labels": all_labels}
+                                "resourceVersion": str(next(_versions)), "labels": all_labels}
     if annotations:
         metadata["annotations"] = dict(annotations)
     obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

@@ -1,7 +1,8 @@
 """PodFacts: what the extender reads from one request's raw pod, each fact read once (pure).
 
 Owns: reading a request's pod lazily and at most once per request: its gang link, its record
-(requests, gang, placement fields), its placement constraints and its scheduling signature. A cache
+(requests, gang, placement fields), its placement constraints and its scheduling signature; or, for a
+pod the mirror holds at the request's version, those the pod watch read already (``adopt``). A cache
 hit whose nodes did not change reads only the signature. Must not: keep state beyond one request or
 do I/O; errors of the readers (``GroupError``, ``RecordError``, ``QuantityError``) reach the caller.
 """
@@ -30,6 +31,20 @@ class PodFacts:
         metadata = self.raw.get("metadata")
         metadata = metadata if isinstance(metadata, dict) else {}
         return str(metadata.get("uid") or f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '')}")
+
+    @functools.cached_property
+    def version(self) -> str:
+        """The pod's ``metadata.resourceVersion`` ("" without one)."""
+        metadata = self.raw.get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+        return version if isinstance(version, str) else ""
+
+    def adopt(self, record: PodRecord, signature: bytes | None) -> None:
+        """Take ``record`` and ``signature`` as this pod's, read from the same version of it elsewhere (the
+        pod watch: ``ClusterMirror.as_read``), instead of reading them from the raw pod (they are what the
+        properties below hold once read: set before any of them is)."""
+        self.__dict__.update(record=record, signature=signature,
+                             link=PodLink(record.gang, record.link_policy) if record.gang is not None else None)
 
     @functools.cached_property
     def link(self) -> PodLink | None:

@@ -2,12 +2,13 @@
 
 Owns: compact records of Nodes, Pods and group definitions, fed by watch events (or a snapshot);
 per-node capacity in use (bound pods, pods this extender assumed while binding or holding them); an
-index of pods by the gang they link to; what gangs hold in reserve per node (``ReservedCapacity``,
-derived from the slots the gang ledger's records own and set through ``set_reservation``); and a
-*generation* per node, bumped on every change that can alter whether a pod fits that node, with a
-bounded change log so caches refresh only the nodes that changed. It tells one listener (the gang
-ledger, ``listen``) of each gang member another binder bound and of each member gone (deleted, re-created
-under its name, finished or terminating), under its lock. Must not:
+index of pods by the gang they link to; for each unbound pod, the version the pod watch read and its
+scheduling signature, so a filter of that same version reads the pod no more (``as_read``); what gangs
+hold in reserve per node (``ReservedCapacity``, derived from the slots the gang ledger's records own and
+set through ``set_reservation``); and a *generation* per node, bumped on every change that can alter
+whether a pod fits that node, with a bounded change log so caches refresh only the nodes that changed.
+It tells one listener (the gang ledger, ``listen``) of each gang member another binder bound and of each
+member gone (deleted, re-created under its name, finished or terminating), under its lock. Must not:
 call the API server, decide gang rules, keep gang state, or cache filter results.
 
 Thread safety: every method that changes state or walks a collection takes ``self.lock`` (an RLock);
@@ -34,6 +35,7 @@ from extender.cluster.group_index import GroupIndex, ObjectKey
 from extender.cluster.groups import GroupMeta
 from extender.cluster.records import node_record, pod_record, unreadable_gated_record
 from extender.cluster.reservations import ReservedCapacity, Slot
+from extender.cluster.signature import signature
 from extender.model.cluster import NodeRecord, PodRecord
 from extender.model.gang import GangKey, GangPolicy, GroupKind, GroupRef
 from extender.model.quantity import CPU, Resources
@@ -92,6 +94,8 @@ class ClusterMirror:
         self._node_set_generation = 0  # bumped when nodes are added, removed, resized or relabelled
         self._changes: deque[tuple[int, str]] = deque(maxlen=CHANGE_LOG_SIZE)
         self._pods: dict[str, PodRecord] = {}
+        # unbound pods as the watch read them: uid -> (resourceVersion, the record, its signature) (``as_read``)
+        self._read: dict[str, tuple[str, PodRecord, bytes | None]] = {}
         self._uid_by_key: dict[tuple[str, str], str] = {}
         self._assumed: dict[str, str] = {}  # uid -> node, for binds not yet seen in the watch
         self._member_waiters: list[threading.Event] = []  # one per ``wait_for_members`` call under way
@@ -236,14 +240,28 @@ class ClusterMirror:
                     if uid in self._unreadable:
                         self.delete_pod(uid)
             raise
-        if self._unreadable:
-            with self.lock:
-                self._unreadable.discard(record.uid)
-        return self.upsert_pod_record(record)
+        version = _resource_version(obj) if not record.node_name and not record.terminal else ""
+        read = (version, record, signature(obj)) if version else None  # outside the lock, as the record was
+        with self.lock:
+            self._unreadable.discard(record.uid)
+            stored = self.upsert_pod_record(record)
+            if read is not None and stored is record:
+                self._read[record.uid] = read
+            return stored
+
+    def as_read(self, uid: str, version: str) -> tuple[PodRecord, bytes | None] | None:
+        """The record and scheduling signature (``cluster.signature``) the pod watch read from version
+        ``version`` (``metadata.resourceVersion``) of unbound pod ``uid``, while that is the version the mirror
+        holds; None otherwise. The pod in a filter request is the same object at the same version (kube-scheduler
+        sends its informer's copy), so it need not be read again; a request that only claims the version is
+        answered for the pod the API server has."""
+        read = self._read.get(uid) if version else None
+        return (read[1], read[2]) if read is not None and read[0] == version else None
 
     def upsert_pod_record(self, record: PodRecord) -> PodRecord:
         """``upsert_pod`` of a pod already read (a fork's, a what-if's)."""
         with self.lock:
+            self._read.pop(record.uid, None)  # (``upsert_pod`` sets it again when it read this record)
             old = self._pods.get(record.uid)
             if old == record:
                 return record
@@ -277,6 +295,7 @@ class ClusterMirror:
         with self.lock:
             self._unreadable.discard(uid)
             self._gates_removed.discard(uid)
+            self._read.pop(uid, None)
             old = self._pods.pop(uid, None)
             if old is None:
                 return
@@ -439,6 +458,7 @@ class ClusterMirror:
             self._account(pod, -1)
             self._assumed.pop(uid, None)
             bound = dataclasses.replace(pod, node_name=node)
+            self._read.pop(uid, None)
             self._pods[uid] = bound
             self._account(bound, +1)
 
@@ -593,3 +613,9 @@ class ClusterMirror:
 
     def used(self, node: str) -> Resources:
         return self._used.get(node, {})
+
+
+def _resource_version(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    return version if isinstance(version, str) else ""

@@ -106,6 +106,9 @@ class Filtering:
     def filter(self, args: FilterArgs) -> FilterResult:
         """The answer (what the ledger's sweep left to do outside the lock is queued in the ledger)."""
         facts = PodFacts(args.pod)
+        read = self.mirror.as_read(facts.uid, facts.version)  # the pod as the watch read it, if the same version
+        if read is not None:
+            facts.adopt(*read)
         try:
             linked = facts.link is not None
         except GroupError as exc:
@@ -113,7 +116,7 @@ class Filtering:
         key = facts.signature
         if linked:
             request_record(facts)  # a malformed member is a bad request (400), as ever
-        known = self.mirror.pod_by_uid(facts.uid)
+        known = read[0] if read is not None else self.mirror.pod_by_uid(facts.uid)
         if known is None and linked:  # kube-scheduler's informer saw the pod before the extender's watch did
             self.unseen += 1
             known = self.mirror.wait_for_pod(facts.uid, UNSEEN_WAIT_SECONDS)

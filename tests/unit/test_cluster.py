@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from extender.cluster import mirror
 from extender.cluster.mirror import ClusterMirror
+from extender.cluster.signature import signature
 from extender.model.gang import GangKey, GangPolicy, GroupKind, GroupRef
 from tests.builders import Reserved, coscheduling_podgroup, node, pod, workload
 
@@ -396,3 +397,36 @@ def test_a_reservation_turned_draining_reorders_its_nodes() -> None:
     m.set_reservation(gang, [("x-busy", {"cpu": 2000})], holds_off=0)
     assert m.free_cpu_by_node(None) == {"x-busy": 0, "a-full": 0}
     assert list(m.nodes_by_free_cpu(None, 0)) == ["a-full", "x-busy"] and m.generation > generation
+
+
+# ------------------------------------------------------------------- pods as the watch read them
+def test_as_read_holds_an_unbound_pod_at_the_version_the_mirror_holds(m: ClusterMirror) -> None:
+    web = pod("web")
+    uid, version = web["metadata"]["uid"], web["metadata"]["resourceVersion"]
+    record = m.upsert_pod(web)
+    read = m.as_read(uid, version)
+    assert read is not None and read[0] is record and read[1] == signature(web)
+    assert m.as_read(uid, "another") is None and m.as_read(uid, "") is None
+    newer = {**web, "metadata": {**web["metadata"], "resourceVersion": "newer"}}
+    m.upsert_pod(newer)
+    assert m.as_read(uid, version) is None and m.as_read(uid, "newer") is not None
+    m.upsert_pod({**newer, "metadata": {**newer["metadata"], "resourceVersion": "bound"},
+                  "spec": {**newer["spec"], "nodeName": "n1"}})
+    assert m.as_read(uid, "bound") is None and m.as_read(uid, "newer") is None  # bound: not filtered again
+    m.delete_pod(uid)
+    m.upsert_pod(web)
+    assert m.as_read(uid, version) is not None
+    m.upsert_pod_record(record)  # a record read elsewhere: the version it came from is not known
+    assert m.as_read(uid, version) is None
+    m.upsert_pod(web)
+    m.delete_pod(uid)
+    assert m.as_read(uid, version) is None
+    m.upsert_pod({**web, "status": {"phase": "Failed"}})
+    assert m.as_read(uid, version) is None  # terminal
+    unversioned = pod("plain")
+    del unversioned["metadata"]["resourceVersion"]
+    m.upsert_pod(unversioned)
+    assert m.as_read(unversioned["metadata"]["uid"], "") is None
+    m.upsert_pod(web)
+    m.bind_locally(uid, "n1")
+    assert m.as_read(uid, version) is None

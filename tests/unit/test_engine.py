@@ -847,3 +847,29 @@ def test_admission_wakes_only_members_a_gang_rule_rejected(h: Harness) -> None:
     h.add(a[3])
     assert h.engine.filter(filter_args(a[3], NODES4)).feasible  # admitted at a-3's filter
     assert woken == ["a-0"]
+
+
+def test_a_filter_of_the_version_the_pod_watch_read_reads_the_pod_no_more(h: Harness,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube-scheduler sends the pod its informer holds: at the version the pod watch read, the filter takes the
+    mirror's record and signature of it; only a version the mirror does not hold is read from the request."""
+    nodes(h, NODES4)
+    members = gang_pods("a", 2)
+    h.add(coscheduling_podgroup("a", 2), *members)
+    reads: list[str] = []
+
+    def counted(read: Callable[..., Any]) -> Callable[..., Any]:
+        def reading(raw: Any, *args: Any) -> Any:
+            reads.append(raw["metadata"]["name"])
+            return read(raw, *args)
+        return reading
+
+    from extender.cluster import facts
+    monkeypatch.setattr(facts, "linked_pod_record", counted(facts.linked_pod_record))
+    monkeypatch.setattr(facts, "signature", counted(facts.signature))
+    assert h.engine.filter(filter_args(members[0], NODES4)).feasible
+    assert h.engine.filter(filter_args(members[1], NODES4)).feasible
+    assert reads == []
+    newer = {**members[1], "metadata": {**members[1]["metadata"], "resourceVersion": "newer"}}
+    assert h.engine.filter(filter_args(newer, NODES4)).feasible
+    assert sorted(reads) == ["a-1", "a-1"]  # its record and its signature, from the request

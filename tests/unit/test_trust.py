@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -384,3 +385,20 @@ def test_a_gang_too_large_for_a_release_intent_fails_fast(h: Harness) -> None:  
     result = h.engine.filter(filter_args(members[0], NODES4))
     assert result.feasible == [] and set(result.failed_unresolvable) == set(NODES4)
     assert "holds at most 3: raise --release-intents-max-bytes" in result.failed_unresolvable["n1"]
+
+
+# ------------------------------------------------- the pod of a filter, as the watch read it
+def test_a_request_claiming_the_version_the_watch_read_is_answered_for_the_pod_the_api_server_has(h: Harness) -> None:
+    """The filter takes the record and signature the pod watch read from the pod's version, not the request's
+    copy: a request that claims that version with another spec is answered for the real pod, and leaves no
+    cache entry under its own spec's signature."""
+    real = pod("web", cpu="1")
+    h.add(real)
+    forged = copy.deepcopy(real)
+    forged["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "64"  # fits no 4-cpu node
+    assert h.engine.filter(filter_args(forged, NODES4)).feasible == NODES4
+    assert h.cache.get(signature(forged)) is None  # type: ignore[arg-type]
+    assert h.cache.get(signature(real)) is not None  # type: ignore[arg-type]
+    forged["metadata"]["resourceVersion"] = "a version the mirror does not hold"  # read from the request, as ever
+    result = h.engine.filter(filter_args(forged, NODES4))
+    assert result.feasible == [] and set(result.failed) == set(NODES4)
