@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from itertools import filterfalse
 from typing import Any
 
 from cachetools import TTLCache
@@ -201,15 +202,21 @@ class Filtering:
                 check_node_names(names)
             verdicts, known = entry.verdicts, self.mirror.nodes
             unknown: dict[str, str] = {}
-            for name in names:
-                if name not in verdicts and name not in own:
+            for name in filterfalse(verdicts.__contains__, names):  # (C-level passes: most names have one)
+                if name not in own:
                     if name in known:
                         entry.record(name, self._verdict(name, facts))
                     else:
                         unknown[name] = UNKNOWN_NODE
-            verdict_of = {**verdicts, **own, **unknown} if own or unknown else verdicts
-            feasible = [n for n in names if verdict_of[n] == FIT]
-            failed = {n: verdict_of[n] for n in names if verdict_of[n] != FIT}
+            if own or unknown:
+                other = {**own, **unknown}  # a handful of names, ahead of the entry's verdicts
+                verdict_of = [other[n] if n in other else verdicts[n] for n in names]
+                feasible = [n for n, v in zip(names, verdict_of, strict=True) if v == FIT]
+                failed = {n: v for n, v in zip(names, verdict_of, strict=True) if v != FIT}
+            else:
+                fits = entry.fit.__contains__
+                feasible = list(filter(fits, names))
+                failed = {n: verdicts[n] for n in filterfalse(fits, names)}
         result = FilterResult(feasible, _within_budget(failed) if failed else failed, {})
         return result, entry if key is not None else None
 
