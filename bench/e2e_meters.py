@@ -197,6 +197,13 @@ def extender_writes(before: dict[str, float], after: dict[str, float]) -> dict[s
     return out
 
 
+def watch_events(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Watch events the extender applied between two scrapes, by resource (what its watch threads read)."""
+    name = "gang_extender_watch_events_total"
+    return {_label(key, "resource"): value - before.get(key, 0.0)
+            for key, value in after.items() if key.startswith(name + "{")}
+
+
 def extender_ms(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     out = {}
     for verb in ("filter", "prioritize", "bind"):

@@ -80,6 +80,7 @@ from e2e_meters import (
     scheduler_attempt_ms,
     scheduler_counts,
     threads_cpu_used,
+    watch_events,
     worker_threads_cpu,
 )
 from e2e_report import WRITE_MS, Phase, floors, gang_stats, tables, write_json
@@ -218,6 +219,7 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
         ext1 = wl.extender_metrics(ext)
         phase.extender_ms = extender_ms(ext0, ext1)
         phase.extender_writes = extender_writes(ext0, ext1)
+        phase.watch_events = watch_events(ext0, ext1)
         phase.timeouts = wl.metric(ext1, "gang_extender_gangs_timeouts_total") - wl.metric(
             ext0, "gang_extender_gangs_timeouts_total")
         if "--record-file" in getattr(ext, "args", ()):  # where each gang's latency went, from the recording
@@ -226,10 +228,16 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
             members = [g.members for g in plan.gangs]
             phase.trace = gang_trace.summarize(members, created if start is None else dict.fromkeys(keys, first),
                                                watch.bound, traces, wl.percentile)
-    phase.extender_threads_cpu = threads_cpu_used(threads0, worker_threads_cpu(worker))
+    threads1 = worker_threads_cpu(worker)
+    phase.extender_threads_cpu = threads_cpu_used(threads0, threads1)
+    if threads0 and threads1:  # threads the worker started during the phase, and how many it has at its end
+        phase.extender_threads = {"started": len(threads1["tids"].keys() - threads0["tids"].keys()),
+                                  "alive": len(threads1["tids"])}
     wl.log(f"[{name}] {phase.bound}/{phase.pods} bound in {phase.seconds:.1f}s ({phase.pods_per_second:.0f} pods/s); "
            f"{phase.completed_gangs}/{phase.gangs} gangs whole; {phase.partial_gangs} partial; CPU s {phase.cpu}"
            + (f"; extender worker CPU s {phase.extender_threads_cpu}" if phase.extender_threads_cpu else "")
+           + (f"; watch events {phase.watch_events}" if phase.watch_events else "")
+           + (f"; extender worker threads {phase.extender_threads}" if phase.extender_threads else "")
            + (f"; threads' allowed CPUs {phase.pinned}" if phase.pinned else ""))
     return phase
 

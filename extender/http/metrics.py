@@ -130,6 +130,8 @@ def _mirror_metrics(rt: Runtime) -> Iterator[Metric]:
                                labels=["resource"])
     relists = CounterMetricFamily("gang_extender_watch_relists", "Full relists", labels=["resource"])
     errors = CounterMetricFamily("gang_extender_watch_errors", "List/watch failures", labels=["resource"])
+    events = CounterMetricFamily("gang_extender_watch_events", "Watch events applied (added, modified, deleted)",
+                                 labels=["resource"])
     initial = GaugeMetricFamily("gang_extender_watch_initial_sync_seconds",
                                 "Seconds from a watch's first list request to its objects in the mirror "
                                 "(failed attempts included); absent until it has listed", labels=["resource"])
@@ -137,12 +139,14 @@ def _mirror_metrics(rt: Runtime) -> Iterator[Metric]:
         synced.add_metric([r.name], 1 if r.synced.is_set() and r.healthy else 0)
         relists.add_metric([r.name], r.relists)
         errors.add_metric([r.name], r.errors)
+        events.add_metric([r.name], r.events)
         if r.initial_sync_seconds is not None:
             initial.add_metric([r.name], r.initial_sync_seconds)
     yield synced
     yield initial
     yield relists
     yield errors
+    yield events
 
 
 def _writer_metrics(rt: Runtime) -> Iterator[Metric]:

@@ -563,10 +563,11 @@ def test_metrics(client: FlaskClient) -> None:
             f'version="{native.package_version()}"}} 1.0') in text
 
 
-def test_metrics_report_each_watch_initial_sync_time(make_app: Callable[..., Flask]) -> None:
+def test_metrics_report_each_watch_initial_sync_time_and_events(make_app: Callable[..., Flask]) -> None:
     class Listed:  # what the metrics read of a Reflector
         def __init__(self, name: str, seconds: float | None) -> None:
             self.name, self.initial_sync_seconds, self.relists, self.errors = name, seconds, 1, 0
+            self.events = 7 if seconds is not None else 0
             self.healthy = seconds is not None
             self.synced = threading.Event()
             if seconds is not None:
@@ -579,6 +580,8 @@ def test_metrics_report_each_watch_initial_sync_time(make_app: Callable[..., Fla
     assert "# TYPE gang_extender_watch_initial_sync_seconds gauge" in text
     assert 'gang_extender_watch_initial_sync_seconds{resource="nodes"} 1.25' in text
     assert 'gang_extender_watch_initial_sync_seconds{resource="pods"}' not in text  # not listed yet
+    assert 'gang_extender_watch_events_total{resource="nodes"} 7.0' in text
+    assert 'gang_extender_watch_events_total{resource="pods"} 0.0' in text
 
 
 def test_each_app_has_its_own_registry(make_app: Callable[..., Flask]) -> None:

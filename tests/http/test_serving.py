@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -462,3 +463,31 @@ def test_the_direct_routes_write_the_access_log_at_debug(tmp_path: Path) -> None
             time.sleep(0.05)  # the log is written by the server process: wait for both lines
         log = live.log_path.read_text()
     assert '"POST /filter HTTP/1.1" 200 ' in log and '"POST /filter?via=flask HTTP/1.1" 200 ' in log, log[-2000:]
+
+
+# ------------------------------------------------------------------------------- started threads
+def test_the_pool_starts_its_threads_before_it_serves_and_its_tasks_reuse_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads for held binds are started with the worker, not by the poller at each new peak: tasks up to
+    the started count start no thread; one more task than that starts one."""
+    monkeypatch.setattr(serving, "STARTED_THREADS", 6)
+    worker = types.SimpleNamespace(cfg=types.SimpleNamespace(threads=10))
+    before = threading.active_count()
+    pool = serving.ExtenderWorker.get_thread_pool(worker)  # type: ignore[arg-type]
+    try:
+        assert threading.active_count() == before + 6
+        release = threading.Event()
+        held = [pool.submit(release.wait, 30) for _ in range(6)]
+        assert threading.active_count() == before + 6  # every task on a thread started ahead
+        held.append(pool.submit(release.wait, 30))
+        assert threading.active_count() == before + 7
+        release.set()
+        assert all(f.result(30) for f in held)
+    finally:
+        pool.shutdown(wait=True)
+    small = types.SimpleNamespace(cfg=types.SimpleNamespace(threads=2))
+    pool = serving.ExtenderWorker.get_thread_pool(small)  # type: ignore[arg-type]
+    try:
+        assert threading.active_count() == before + 2  # never more than --threads
+    finally:
+        pool.shutdown(wait=True)
