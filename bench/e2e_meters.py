@@ -81,9 +81,10 @@ def python_thread_names(pid: int) -> dict[int, str]:
 
 
 def thread_group(comm: str) -> str:
-    """A thread's group from its name: pool numbers dropped (``gang-bind_3`` -> ``gang-bind``); Python's
-    ``ThreadPoolExecutor-0_12`` (gunicorn's request threads, cut to 15 characters) -> ``request threads``."""
-    if comm.startswith("ThreadPoolExec"):
+    """A thread's group from its name: pool numbers dropped (``gang-bind_3`` -> ``gang-bind``); the serving
+    worker's ``request-12`` (``extender.http.threads``), and Python's ``ThreadPoolExecutor-0_12`` (gunicorn's
+    request threads in trees before it, cut to 15 characters) -> ``request threads``."""
+    if comm.startswith("ThreadPoolExec") or comm.rstrip("0123456789") == "request-":
         return "request threads"
     return comm.rstrip("0123456789").rstrip("_-") or comm
 

@@ -169,8 +169,9 @@ def test_paced_creation_starts_each_gang_on_its_schedule() -> None:
 
 
 def test_thread_groups_match_threads_across_snapshots_and_count_ended_ones() -> None:
-    assert [e2e_meters.thread_group(c) for c in ("gang-bind_3", "ThreadPoolExecu", "watch-pods", "gang-sweep")] == [
-        "gang-bind", "request threads", "watch-pods", "gang-sweep"]
+    assert [e2e_meters.thread_group(c) for c in ("gang-bind_3", "ThreadPoolExecu", "request-12", "watch-pods",
+                                                 "gang-sweep")] == [
+        "gang-bind", "request threads", "request threads", "watch-pods", "gang-sweep"]
     before = {"total": 10.0, "tids": {1: ("main loop", 2.0), 7: ("gang-bind", 1.0), 8: ("gang-bind", 0.5),
                                       9: ("gang-release", 0.2)}}
     # thread 9 ended; 10 is new; 8's id was reused by another group (its earlier time is not subtracted)

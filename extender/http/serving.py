@@ -29,7 +29,7 @@ import io
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future
 from typing import Any, BinaryIO, NamedTuple
 
 import orjson
@@ -37,6 +37,7 @@ from gunicorn import http
 
 from extender.http import framing
 from extender.http.connections import Connection, Limits, PollingWorker, push
+from extender.http.threads import RequestThreads
 
 JOIN_BYTES = 64 * 1024  # a head and a body this small go out in one send
 
@@ -70,16 +71,6 @@ def request_arrival() -> float | None:
     """``time.monotonic()`` when the poller first saw the current request's bytes (before any wait for
     a thread); None outside a request served by this worker (e.g. Flask's test client)."""
     return getattr(_request, "arrival", None)
-
-
-def start_threads(pool: ThreadPoolExecutor, count: int, timeout: float = 60.0) -> None:
-    """Start ``count`` threads of ``pool`` (none running) and leave them idle, for its next tasks: ``count``
-    tasks that each wait until all have a thread (the pool starts one for a task when none is idle, and
-    counts a thread idle once its task is done). Gives up waiting after ``timeout`` seconds."""
-    if count <= 0:
-        return
-    everyone = threading.Barrier(count)
-    wait([pool.submit(everyone.wait, timeout) for _ in range(count)], timeout)
 
 
 class Reply:
@@ -160,10 +151,11 @@ class ExtenderWorker(PollingWorker):
 
     alive: bool  # gunicorn's: False once the worker is to stop (or restart) after the requests in hand
 
-    def get_thread_pool(self) -> ThreadPoolExecutor:
-        """gunicorn's pool of ``--threads``, ``STARTED_THREADS`` of them started now."""
-        pool = ThreadPoolExecutor(max_workers=self.cfg.threads)
-        start_threads(pool, min(self.cfg.threads, STARTED_THREADS))
+    def get_thread_pool(self) -> RequestThreads:
+        """The pool of ``--threads`` request threads (``threads``: idle ones reused newest first),
+        ``STARTED_THREADS`` of them started now."""
+        pool = RequestThreads(self.cfg.threads)
+        pool.start(STARTED_THREADS)
         return pool
 
     def _dispatch(self, conn: Connection) -> None:

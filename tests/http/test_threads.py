@@ -1,0 +1,104 @@
+"""The request threads (extender/http/threads.py): newest idle thread first, a cap, started ahead, shut down."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from extender.http.threads import RequestThreads
+
+
+@pytest.fixture
+def pool() -> Iterator[RequestThreads]:
+    threads = RequestThreads(4)
+    yield threads
+    threads.shutdown(wait=True)
+
+
+def thread_name() -> str:
+    return threading.current_thread().name
+
+
+def test_a_task_goes_to_the_thread_idle_for_the_shortest_time(pool: RequestThreads) -> None:
+    pool.start(3)
+    first = pool.submit(thread_name).result(10)
+    assert [pool.submit(thread_name).result(10) for _ in range(5)] == [first] * 5  # warm, not round robin
+    release = threading.Event()
+    busy = pool.submit(release.wait, 10)  # takes ``first``
+    other = pool.submit(thread_name).result(10)
+    assert other != first
+    release.set()
+    assert busy.result(10)
+    assert pool.submit(thread_name).result(10) == first  # idle last, after ``other``
+    assert pool.threads == 3
+
+
+def test_past_the_cap_tasks_wait_in_order_for_the_next_free_thread(pool: RequestThreads) -> None:
+    release = threading.Event()
+    held = [pool.submit(release.wait, 10) for _ in range(4)]
+    order: list[int] = []
+    queued = [pool.submit(order.append, i) for i in range(3)]
+    assert pool.threads == 4 and not any(f.done() for f in queued)
+    release.set()
+    assert all(f.result(10) for f in held)
+    for future in queued:
+        future.result(10)
+    assert order == [0, 1, 2]
+    assert pool.threads == 4
+
+
+def test_a_failing_task_hands_its_error_to_the_future_and_the_thread_goes_on(pool: RequestThreads) -> None:
+    def fail() -> None:
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError, match="boom"):
+        pool.submit(fail).result(10)
+    assert pool.submit(lambda: 7).result(10) == 7
+    assert pool.threads == 1
+
+
+def test_start_never_goes_past_the_cap() -> None:
+    pool = RequestThreads(2)
+    before = threading.active_count()
+    pool.start(5)
+    assert pool.threads == 2 and threading.active_count() == before + 2
+    pool.shutdown(wait=True)
+    assert pool.threads == 0 and threading.active_count() == before
+
+
+def test_shutdown_finishes_the_tasks_in_hand_and_refuses_new_ones() -> None:
+    pool = RequestThreads(1)
+    before = threading.active_count()
+    release = threading.Event()
+    running = pool.submit(release.wait, 10)
+    queued, cancelled = pool.submit(lambda: "ran"), None
+    pool.shutdown(wait=False)
+    with pytest.raises(RuntimeError):
+        pool.submit(lambda: None)
+    release.set()
+    assert running.result(10) and queued.result(10) == "ran"  # waiting tasks still run
+    pool.shutdown(wait=True)
+    assert threading.active_count() == before
+    pool = RequestThreads(1)
+    release = threading.Event()
+    running = pool.submit(release.wait, 10)
+    cancelled = pool.submit(lambda: "never")
+    pool.shutdown(wait=False, cancel_futures=True)
+    release.set()
+    assert running.result(10) and cancelled.cancelled()
+    pool.shutdown(wait=True)
+    assert threading.active_count() == before
+
+
+def test_a_thread_that_cannot_start_is_not_counted(pool: RequestThreads, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", refuse)
+        with pytest.raises(RuntimeError, match="can't start"):
+            pool.submit(lambda: None)
+    assert pool.threads == 0
+    assert pool.submit(lambda: 3).result(10) == 3
