@@ -46,8 +46,9 @@ STARTED_THREADS = 1024
 holds a thread until its quorum is bound, so a backlog of gangs makes kube-scheduler's binds wait by the
 thousand (1,415 at once in the end-to-end benchmark's backlog, against 150 with a do-nothing extender).
 A thread the pool starts on demand is started by the poller, in ``submit``: ~0.14 ms of CPU with every
-request behind it waiting. Started ahead they cost that once, at start (~0.16 s of CPU), and ~19 MiB of
-memory idle; past them the pool still grows on demand up to ``--threads`` (and never shrinks)."""
+request behind it waiting. Started ahead they cost that once, at start (~0.16 s of CPU), and 15 MiB of
+memory (an idle worker: 65 MiB, 50 MiB with ``--threads 8``); past them the pool still grows on demand up
+to ``--threads`` (and never shrinks)."""
 
 _request = threading.local()
 
