@@ -18,11 +18,14 @@ needs; handing a task over is one lock release (``bench/request_overhead.py``, 6
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 Task = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...]]
 
@@ -78,14 +81,22 @@ class RequestThreads:
         self._spawn(task)
         return future
 
-    def start(self, count: int) -> None:
-        """Start up to ``count`` more threads now, idle (never beyond ``max_workers``)."""
+    def start(self, count: int) -> int:
+        """Start up to ``count`` more threads now, idle (never beyond ``max_workers``); returns how many. Stops
+        at the first the system refuses (a container's process limit): those are started on demand, if ever."""
+        started = 0
         for _ in range(count):
             with self._lock:
                 if self._closed or self._count >= self.max_workers:
-                    return
+                    break
                 self._count += 1
-            self._spawn(None)
+            try:
+                self._spawn(None)
+            except RuntimeError as exc:
+                log.warning("started %d of %d request threads ahead: %s", started, count, exc)
+                break
+            started += 1
+        return started
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No more tasks: idle threads end now, busy ones after the tasks in hand and those waiting (those

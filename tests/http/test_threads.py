@@ -102,3 +102,22 @@ def test_a_thread_that_cannot_start_is_not_counted(pool: RequestThreads, monkeyp
             pool.submit(lambda: None)
     assert pool.threads == 0
     assert pool.submit(lambda: 3).result(10) == 3
+
+
+def test_starting_ahead_stops_at_the_first_thread_the_system_refuses(pool: RequestThreads,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container's process limit below the threads started ahead must not stop the worker from serving."""
+    real_start = threading.Thread.start
+    allowed = [2]
+
+    def limited(self: threading.Thread) -> None:
+        if allowed[0] <= 0:
+            raise RuntimeError("can't start new thread")
+        allowed[0] -= 1
+        real_start(self)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", limited)
+        assert pool.start(4) == 2
+    assert pool.threads == 2
+    assert pool.submit(lambda: 5).result(10) == 5
