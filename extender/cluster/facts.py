@@ -16,7 +16,7 @@ from typing import Any
 from extender.cluster.groups import PodLink, pod_link
 from extender.cluster.records import linked_pod_record, placement_from_spec
 from extender.cluster.signature import signature
-from extender.model.cluster import Placement, PodRecord
+from extender.model.cluster import NO_PLACEMENT, Placement, PodRecord
 
 
 class PodFacts:
@@ -41,10 +41,13 @@ class PodFacts:
 
     def adopt(self, record: PodRecord, signature: bytes | None) -> None:
         """Take ``record`` and ``signature`` as this pod's, read from the same version of it elsewhere (the
-        pod watch: ``ClusterMirror.as_read``), instead of reading them from the raw pod (they are what the
-        properties below hold once read: set before any of them is)."""
+        pod watch: ``ClusterMirror.as_read``, unbound pods only), instead of reading them from the raw pod:
+        every fact a verdict depends on (record, link, placement, signature) then comes from that read, none
+        from the request (they are what the properties below hold once read: set before any of them is)."""
         self.__dict__.update(record=record, signature=signature,
-                             link=PodLink(record.gang, record.link_policy) if record.gang is not None else None)
+                             link=PodLink(record.gang, record.link_policy) if record.gang is not None else None,
+                             # an unbound pod's record keeps every placement field it has: none is none
+                             placement=record.placement if record.placement is not None else NO_PLACEMENT)
 
     @functools.cached_property
     def link(self) -> PodLink | None:

@@ -241,12 +241,15 @@ class ClusterMirror:
                         self.delete_pod(uid)
             raise
         version = _resource_version(obj) if not record.node_name and not record.terminal else ""
-        read = (version, record, signature(obj)) if version else None  # outside the lock, as the record was
+        try:
+            signed = signature(obj) if version else None  # outside the lock, as the record was
+        except (TypeError, ValueError, AttributeError):  # a spec the record reads but the signature cannot
+            version = ""
         with self.lock:
             self._unreadable.discard(record.uid)
             stored = self.upsert_pod_record(record)
-            if read is not None and stored is record:
-                self._read[record.uid] = read
+            if version:
+                self._read[record.uid] = (version, self._pods[record.uid], signed)  # the record kept, if equal
             return stored
 
     def as_read(self, uid: str, version: str) -> tuple[PodRecord, bytes | None] | None:

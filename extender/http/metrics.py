@@ -130,7 +130,7 @@ def _mirror_metrics(rt: Runtime) -> Iterator[Metric]:
                                labels=["resource"])
     relists = CounterMetricFamily("gang_extender_watch_relists", "Full relists", labels=["resource"])
     errors = CounterMetricFamily("gang_extender_watch_errors", "List/watch failures", labels=["resource"])
-    events = CounterMetricFamily("gang_extender_watch_events", "Watch events applied (added, modified, deleted)",
+    events = CounterMetricFamily("gang_extender_watch_events", "Watch events received (added, modified, deleted)",
                                  labels=["resource"])
     initial = GaugeMetricFamily("gang_extender_watch_initial_sync_seconds",
                                 "Seconds from a watch's first list request to its objects in the mirror "

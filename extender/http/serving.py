@@ -30,6 +30,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
 import orjson
@@ -42,7 +43,8 @@ from extender.http.threads import RequestThreads
 JOIN_BYTES = 64 * 1024  # a head and a body this small go out in one send
 
 STARTED_THREADS = 1024
-"""Threads the worker starts before it serves (at most ``--threads``). Each bind held at a gang barrier
+"""Threads the worker starts before it serves (at most ``--threads``; fewer under a process limit:
+``threads_ahead``). Each bind held at a gang barrier
 holds a thread until its quorum is bound, so a backlog of gangs makes kube-scheduler's binds wait by the
 thousand (1,415 at once in the end-to-end benchmark's backlog, against 150 with a do-nothing extender).
 A thread the pool starts on demand is started by the poller, in ``submit``: ~0.14 ms of CPU with every
@@ -147,17 +149,40 @@ class _Exchange(NamedTuple):
     server: Any
 
 
+PIDS_FILES = (("/sys/fs/cgroup/pids.max", "/sys/fs/cgroup/pids.current"),            # cgroup v2
+              ("/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids/pids.current"))  # cgroup v1
+
+
+def threads_ahead() -> int:
+    """How many request threads to start before serving: ``STARTED_THREADS``, or half of what the
+    container's process (``pids``) limit still allows if that is fewer, so that the threads the extender
+    starts as it runs (a release's Bindings, more request threads) keep room."""
+    for limit_path, current_path in PIDS_FILES:
+        try:
+            limit = Path(limit_path).read_text().strip()
+            if limit == "max":
+                return STARTED_THREADS
+            room = int(limit) - int(Path(current_path).read_text())
+        except (OSError, ValueError):
+            continue
+        return max(0, min(STARTED_THREADS, room // 2))
+    return STARTED_THREADS
+
+
 class ExtenderWorker(PollingWorker):
     """The poller's worker (``connections``) serving each complete request on a thread."""
 
     alive: bool  # gunicorn's: False once the worker is to stop (or restart) after the requests in hand
 
     def get_thread_pool(self) -> RequestThreads:
-        """The pool of ``--threads`` request threads (``threads``: idle ones reused newest first),
-        ``STARTED_THREADS`` of them started now."""
-        pool = RequestThreads(self.cfg.threads)
-        pool.start(STARTED_THREADS)
-        return pool
+        """The pool of ``--threads`` request threads (``threads``: idle ones reused newest first)."""
+        return RequestThreads(self.cfg.threads)
+
+    def run(self) -> None:
+        """Serve, with ``threads_ahead()`` request threads started first: after the application and its own
+        threads (watches, binders) are up, so a process limit leaves those theirs."""
+        self.tpool.start(threads_ahead())
+        super().run()
 
     def _dispatch(self, conn: Connection) -> None:
         head = conn.head

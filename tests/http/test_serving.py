@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -466,28 +465,28 @@ def test_the_direct_routes_write_the_access_log_at_debug(tmp_path: Path) -> None
 
 
 # ------------------------------------------------------------------------------- started threads
-def test_the_pool_starts_its_threads_before_it_serves_and_its_tasks_reuse_them(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Threads for held binds are started with the worker, not by the poller at each new peak: tasks up to
-    the started count start no thread; one more task than that starts one."""
-    monkeypatch.setattr(serving, "STARTED_THREADS", 6)
-    worker = types.SimpleNamespace(cfg=types.SimpleNamespace(threads=10))
-    before = threading.active_count()
-    pool = serving.ExtenderWorker.get_thread_pool(worker)  # type: ignore[arg-type]
-    try:
-        assert threading.active_count() == before + 6
-        release = threading.Event()
-        held = [pool.submit(release.wait, 30) for _ in range(6)]
-        assert threading.active_count() == before + 6  # every task on a thread started ahead
-        held.append(pool.submit(release.wait, 30))
-        assert threading.active_count() == before + 7
-        release.set()
-        assert all(f.result(30) for f in held)
-    finally:
-        pool.shutdown(wait=True)
-    small = types.SimpleNamespace(cfg=types.SimpleNamespace(threads=2))
-    pool = serving.ExtenderWorker.get_thread_pool(small)  # type: ignore[arg-type]
-    try:
-        assert threading.active_count() == before + 2  # never more than --threads
-    finally:
-        pool.shutdown(wait=True)
+def test_threads_ahead_leave_half_of_a_process_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    limit, current = tmp_path / "pids.max", tmp_path / "pids.current"
+    monkeypatch.setattr(serving, "PIDS_FILES", ((str(tmp_path / "absent.max"), str(tmp_path / "absent")),
+                                                (str(limit), str(current))))
+    assert serving.threads_ahead() == serving.STARTED_THREADS  # no limit found
+    limit.write_text("max\n")
+    current.write_text("40\n")
+    assert serving.threads_ahead() == serving.STARTED_THREADS
+    limit.write_text("1024\n")
+    assert serving.threads_ahead() == 492  # (1024 - 40) // 2
+    limit.write_text("100000\n")
+    assert serving.threads_ahead() == serving.STARTED_THREADS
+    limit.write_text("30\n")
+    assert serving.threads_ahead() == 0
+    limit.write_text("garbage\n")
+    assert serving.threads_ahead() == serving.STARTED_THREADS
+
+
+def test_the_worker_starts_its_threads_before_it_serves(tmp_path: Path) -> None:
+    """With the default --threads the worker has started ``STARTED_THREADS`` request threads once it is ready
+    (held binds in a backlog then reuse them instead of the poller starting one per new bind)."""
+    live = LiveServer(tmp_path, {"apiVersion": "v1", "kind": "List", "items": snapshot_objects()})
+    with live:
+        assert post_filter(live) == 200
+        assert proc_status(live.worker_pid())["Threads"] >= serving.STARTED_THREADS

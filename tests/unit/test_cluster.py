@@ -430,3 +430,19 @@ def test_as_read_holds_an_unbound_pod_at_the_version_the_mirror_holds(m: Cluster
     m.upsert_pod(web)
     m.bind_locally(uid, "n1")
     assert m.as_read(uid, version) is None
+
+
+def test_a_pod_whose_spec_the_signature_cannot_read_is_mirrored_without_a_read_version(m: ClusterMirror) -> None:
+    odd = pod("odd")
+    odd["spec"]["volumes"] = 5  # the record does not read volumes; the signature does
+    record = m.upsert_pod(odd)
+    assert m.pod_by_uid(record.uid) == record
+    assert m.as_read(record.uid, odd["metadata"]["resourceVersion"]) is None
+
+
+def test_as_read_holds_the_record_the_mirror_keeps(m: ClusterMirror) -> None:
+    web = pod("web")
+    kept = m.upsert_pod(web)
+    m.upsert_pod({**web})  # the same pod again: an equal record, the first one kept
+    read = m.as_read(kept.uid, web["metadata"]["resourceVersion"])
+    assert read is not None and read[0] is m.pod_by_uid(kept.uid) is kept

@@ -402,3 +402,15 @@ def test_a_request_claiming_the_version_the_watch_read_is_answered_for_the_pod_t
     forged["metadata"]["resourceVersion"] = "a version the mirror does not hold"  # read from the request, as ever
     result = h.engine.filter(filter_args(forged, NODES4))
     assert result.feasible == [] and set(result.failed) == set(NODES4)
+
+
+def test_a_request_claiming_the_watched_version_cannot_poison_the_real_pods_verdicts(h: Harness) -> None:
+    """Placement fields too come from the watch's read: a request that claims the version with a nodeSelector
+    no node matches is answered for the real pod, and the real pod's cached verdicts stay right."""
+    real, twin = pod("web", cpu="1"), pod("web-twin", cpu="1")  # same spec, so the same signature
+    h.add(real, twin)
+    forged = copy.deepcopy(real)
+    forged["spec"]["nodeSelector"] = {"nope": "x"}
+    assert h.engine.filter(filter_args(forged, NODES4)).feasible == NODES4
+    assert h.engine.filter(filter_args(twin, NODES4)).feasible == NODES4
+    assert h.engine.filter(filter_args(real, NODES4)).feasible == NODES4
