@@ -1,16 +1,16 @@
 """The gunicorn worker: gthread, with every request read whole by the poller before a thread sees it,
 and every reply the client does not take at once written by the poller after the thread is done.
 
-Owns: the worker class gunicorn loads (``worker_class``); handing a complete request (read by the
-poller in ``connections``) to a thread: a plain HTTP/1.1 POST to one of the application's direct
-routes (``WithDirectRoutes``: the extender's verbs) goes to its handler as the body's bytes, and its
-reply is written whole (``framing.answer``); any other request goes to gunicorn's parser and the WSGI
-application. Either way the thread writes its reply into memory (``Reply``) and then sends what the
-socket takes without waiting; the per-request arrival stamp (``request_arrival()``, and a direct
-route's argument); taking the connection back after the handler, with the rest of its reply for the
-poller to send (``connections``), then the next request or a close. Must not: wait on a client on a
-thread (no read from it, no write that could block), know what the routes do, or decide anything
-about scheduling.
+Owns: the worker class gunicorn loads (``worker_class``), with its request threads (``threads``) started
+ahead of need; handing a complete request (read by the poller in ``connections``) to a thread: a plain
+HTTP/1.1 POST to one of the application's direct routes (``WithDirectRoutes``: the extender's verbs)
+goes to its handler as the body's bytes, and its reply is written whole (``framing.answer``); any other
+request goes to gunicorn's parser and the WSGI application. Either way the thread writes its reply into
+memory (``Reply``) and then sends what the socket takes without waiting; the per-request arrival stamp
+(``request_arrival()``, and a direct route's argument); taking the connection back after the handler,
+with the rest of its reply for the poller to send (``connections``), then the next request or a close.
+Must not: wait on a client on a thread (no read from it, no write that could block), know what the
+routes do, or decide anything about scheduling.
 
 Why: gunicorn's gthread hands a connection to a thread as soon as it is readable and then reads the
 request with blocking, unbounded reads, so a few thousand clients sending a byte at a time hold every
@@ -44,13 +44,12 @@ JOIN_BYTES = 64 * 1024  # a head and a body this small go out in one send
 
 STARTED_THREADS = 1024
 """Threads the worker starts before it serves (at most ``--threads``; fewer under a process limit:
-``threads_ahead``). Each bind held at a gang barrier
-holds a thread until its quorum is bound, so a backlog of gangs makes kube-scheduler's binds wait by the
-thousand (1,415 at once in the end-to-end benchmark's backlog, against 150 with a do-nothing extender).
-A thread the pool starts on demand is started by the poller, in ``submit``: ~0.14 ms of CPU with every
-request behind it waiting. Started ahead they cost that once, at start (~0.16 s of CPU), and 15 MiB of
-memory (an idle worker: 65 MiB, 50 MiB with ``--threads 8``); past them the pool still grows on demand up
-to ``--threads`` (and never shrinks)."""
+``threads_ahead``). Each bind held at a gang barrier holds a thread until its quorum is bound, so a
+backlog of gangs makes kube-scheduler's binds wait by the thousand (1,415 at once in the end-to-end
+benchmark's backlog, against 150 with a do-nothing extender). A thread the pool starts on demand is
+started by the poller, in ``submit``: ~0.14 ms of CPU with every request behind it waiting. Started ahead
+they cost that once, at start (~0.16 s of CPU), and 15 MiB of memory (an idle worker: 65 MiB, 50 MiB with
+``--threads 8``); past them the pool still grows on demand up to ``--threads`` (and never shrinks)."""
 
 _request = threading.local()
 
