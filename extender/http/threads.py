@@ -62,6 +62,11 @@ class RequestThreads:
         """Threads started and not ended."""
         return self._count
 
+    @property
+    def idle(self) -> int:
+        """Threads waiting for a task (a thread whose task is done counts once it waits again)."""
+        return len(self._idle)
+
     def submit(self, fn: Callable[..., Any], /, *args: Any) -> Future[Any]:
         """Run ``fn(*args)`` on a pool thread; its outcome goes to the returned future."""
         future: Future[Any] = Future()

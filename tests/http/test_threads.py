@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -21,30 +22,56 @@ def thread_name() -> str:
     return threading.current_thread().name
 
 
+def settled(pool: RequestThreads, idle: int) -> RequestThreads:
+    """``pool`` once ``idle`` of its threads wait for a task again (a task's future is done just before its
+    thread goes back to waiting)."""
+    deadline = time.monotonic() + 30
+    while pool.idle != idle:
+        assert time.monotonic() < deadline, f"{pool.idle} of {pool.threads} threads idle, not {idle}"
+        time.sleep(0.001)
+    return pool
+
+
+def name_when_settled(pool: RequestThreads, idle: int) -> str:
+    return str(settled(pool, idle).submit(thread_name).result(10))
+
+
 def test_a_task_goes_to_the_thread_idle_for_the_shortest_time(pool: RequestThreads) -> None:
     pool.start(3)
-    first = pool.submit(thread_name).result(10)
-    assert [pool.submit(thread_name).result(10) for _ in range(5)] == [first] * 5  # warm, not round robin
+    first = name_when_settled(pool, 3)
+    assert [name_when_settled(pool, 3) for _ in range(5)] == [first] * 5  # warm, not round robin
     release = threading.Event()
-    busy = pool.submit(release.wait, 10)  # takes ``first``
-    other = pool.submit(thread_name).result(10)
+    busy = settled(pool, 3).submit(release.wait, 10)  # takes ``first``
+    other = name_when_settled(pool, 2)
     assert other != first
+    settled(pool, 2)  # ``other`` waits again, before ``first`` does
     release.set()
     assert busy.result(10)
-    assert pool.submit(thread_name).result(10) == first  # idle last, after ``other``
+    assert name_when_settled(pool, 3) == first  # idle last, after ``other``
     assert pool.threads == 3
 
 
 def test_past_the_cap_tasks_wait_in_order_for_the_next_free_thread(pool: RequestThreads) -> None:
-    release = threading.Event()
-    held = [pool.submit(release.wait, 10) for _ in range(4)]
+    releases = [threading.Event() for _ in range(4)]
+    held = [pool.submit(release.wait, 10) for release in releases]
     order: list[int] = []
-    queued = [pool.submit(order.append, i) for i in range(3)]
+    done = threading.Event()
+
+    def note(i: int) -> bool:
+        order.append(i)
+        return done.wait(10)  # keeps its thread, so the next task waits for the next one freed
+
+    queued = [pool.submit(note, i) for i in range(3)]
     assert pool.threads == 4 and not any(f.done() for f in queued)
-    release.set()
-    assert all(f.result(10) for f in held)
-    for future in queued:
-        future.result(10)
+    for i in range(3):  # one thread freed at a time: it takes the oldest task waiting
+        releases[i].set()
+        deadline = time.monotonic() + 30
+        while len(order) < i + 1:
+            assert time.monotonic() < deadline, f"task {i} never started"
+            time.sleep(0.001)
+    done.set()
+    releases[3].set()
+    assert all(f.result(10) for f in held + queued)
     assert order == [0, 1, 2]
     assert pool.threads == 4
 
@@ -55,7 +82,7 @@ def test_a_failing_task_hands_its_error_to_the_future_and_the_thread_goes_on(poo
 
     with pytest.raises(KeyError, match="boom"):
         pool.submit(fail).result(10)
-    assert pool.submit(lambda: 7).result(10) == 7
+    assert settled(pool, 1).submit(lambda: 7).result(10) == 7
     assert pool.threads == 1
 
 
