@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.cluster.groups import PodLink, pod_link
-from extender.cluster.records import linked_pod_record, placement_from_spec
+from extender.cluster.records import linked_pod_record, placement_from_spec, resource_version
 from extender.cluster.signature import signature
 from extender.model.cluster import NO_PLACEMENT, Placement, PodRecord
 
@@ -35,9 +35,7 @@ class PodFacts:
     @functools.cached_property
     def version(self) -> str:
         """The pod's ``metadata.resourceVersion`` ("" without one)."""
-        metadata = self.raw.get("metadata")
-        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
-        return version if isinstance(version, str) else ""
+        return resource_version(self.raw)
 
     def adopt(self, record: PodRecord, signature: bytes | None) -> None:
         """Take ``record`` and ``signature`` as this pod's, read from the same version of it elsewhere (the

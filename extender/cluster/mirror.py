@@ -33,7 +33,7 @@ from extender.cluster.capacity import Capacity, free_on, with_requests
 from extender.cluster.cpu_order import CpuOrder
 from extender.cluster.group_index import GroupIndex, ObjectKey
 from extender.cluster.groups import GroupMeta
-from extender.cluster.records import node_record, pod_record, unreadable_gated_record
+from extender.cluster.records import node_record, pod_record, resource_version, unreadable_gated_record
 from extender.cluster.reservations import ReservedCapacity, Slot
 from extender.cluster.signature import signature
 from extender.model.cluster import NodeRecord, PodRecord
@@ -240,7 +240,7 @@ class ClusterMirror:
                     if uid in self._unreadable:
                         self.delete_pod(uid)
             raise
-        version = _resource_version(obj) if not record.node_name and not record.terminal else ""
+        version = resource_version(obj) if not record.node_name and not record.terminal else ""
         try:
             signed = signature(obj) if version else None  # outside the lock, as the record was
         except (TypeError, ValueError, AttributeError):  # a spec the record reads but the signature cannot
@@ -617,8 +617,3 @@ class ClusterMirror:
     def used(self, node: str) -> Resources:
         return self._used.get(node, {})
 
-
-def _resource_version(obj: Mapping[str, Any]) -> str:
-    metadata = obj.get("metadata")
-    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
-    return version if isinstance(version, str) else ""

@@ -184,6 +184,12 @@ def linked_pod_record(obj: Mapping[str, Any], link: PodLink | None) -> PodRecord
     )
 
 
+def resource_version(obj: Mapping[str, Any]) -> str:
+    """An object's ``metadata.resourceVersion`` ("" without one)."""
+    version = _dict(obj.get("metadata")).get("resourceVersion")
+    return version if isinstance(version, str) else ""
+
+
 def unreadable_gated_record(obj: Mapping[str, Any]) -> PodRecord | None:
     """For a pod ``pod_record`` cannot read (a malformed gang annotation, a bad quantity): a record of no gang
     and no requests when it is unbound and carries the quorum gate, so that the gate is removed and
