@@ -51,19 +51,20 @@ def cpu_seconds(pids: Sequence[int]) -> float:
 def worker_threads_cpu(worker: int | None) -> dict[str, Any]:
     """A snapshot of the worker's CPU by thread, for :func:`threads_cpu_used`: each live thread's group (its
     name without the pool number: ``gang-bind``, ``watch-pods``, gunicorn's request threads, the main loop that
-    accepts, polls and dispatches) and its CPU seconds from ``schedstat`` (nanoseconds actually run, not clock
-    ticks, which undercount threads that run in short bursts), and the whole worker's CPU seconds."""
+    accepts, polls and dispatches), its CPU seconds from ``schedstat`` (nanoseconds actually run, not clock
+    ticks, which undercount threads that run in short bursts) and the times it was put on a CPU (its third
+    field: about one per wake-up), and the whole worker's CPU seconds."""
     if worker is None:
         return {}
-    tids: dict[int, tuple[str, float]] = {}
+    tids: dict[int, tuple[str, float, int]] = {}
     names = python_thread_names(worker)
     with contextlib.suppress(OSError):
         for task in Path(f"/proc/{worker}/task").iterdir():
             with contextlib.suppress(OSError, ValueError, IndexError):
-                ran = int((task / "schedstat").read_text().split()[0]) / 1e9
+                fields = (task / "schedstat").read_text().split()
                 comm = names.get(int(task.name)) or (task / "comm").read_text().strip()
                 name = "main loop" if task.name == str(worker) else thread_group(comm)
-                tids[int(task.name)] = (name, ran)
+                tids[int(task.name)] = (name, int(fields[0]) / 1e9, int(fields[2]))
     return {"total": cpu_seconds_of(f"/proc/{worker}/stat"), "tids": tids}
 
 
@@ -95,12 +96,24 @@ def threads_cpu_used(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
     if not before or not after:
         return {}
     used: dict[str, float] = {}
-    for tid, (name, ran) in after["tids"].items():
+    for tid, (name, ran, _) in after["tids"].items():
         was = before["tids"].get(tid)
         used[name] = used.get(name, 0.0) + ran - (was[1] if was and was[0] == name else 0.0)
     ended = after["total"] - before["total"] - sum(used.values())
     used["ended threads"] = max(ended, 0.0)
     return {name: round(value, 3) for name, value in sorted(used.items(), key=lambda kv: -kv[1])}
+
+
+def thread_runs(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+    """Times each thread group was put on a CPU between two snapshots (live threads only): on a VM a
+    wake-up from idle costs tens of microseconds of CPU whatever the thread then does."""
+    if not before or not after:
+        return {}
+    runs: dict[str, int] = {}
+    for tid, (name, _, count) in after["tids"].items():
+        was = before["tids"].get(tid)
+        runs[name] = runs.get(name, 0) + count - (was[2] if was and was[0] == name else 0)
+    return dict(sorted(runs.items(), key=lambda kv: -kv[1]))
 
 
 def cpu_seconds_of(stat_path: str) -> float:

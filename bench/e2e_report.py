@@ -50,6 +50,7 @@ class Phase:
     watch_events: dict[str, float] = field(default_factory=dict)  # watch events the extender applied, by resource
     extender_threads_cpu: dict[str, float] = field(default_factory=dict)  # the worker's CPU s by thread group
     extender_threads: dict[str, int] = field(default_factory=dict)  # the worker's threads: started in the phase, alive
+    extender_thread_runs: dict[str, int] = field(default_factory=dict)  # times each thread group was put on a CPU
     trace: dict[str, Any] = field(default_factory=dict)  # gang_trace.summarize (with --record)
     pinned: dict[str, list[str]] = field(default_factory=dict)  # program -> its threads' allowed CPUs
     timeline: list[float] = field(default_factory=list)  # bind times relative to the first creation

@@ -79,6 +79,7 @@ from e2e_meters import (
     py_spy,
     scheduler_attempt_ms,
     scheduler_counts,
+    thread_runs,
     threads_cpu_used,
     watch_events,
     worker_threads_cpu,
@@ -230,6 +231,7 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
                                                watch.bound, traces, wl.percentile)
     threads1 = worker_threads_cpu(worker)
     phase.extender_threads_cpu = threads_cpu_used(threads0, threads1)
+    phase.extender_thread_runs = thread_runs(threads0, threads1)
     if threads0 and threads1:  # threads the worker started during the phase, and how many it has at its end
         phase.extender_threads = {"started": len(threads1["tids"].keys() - threads0["tids"].keys()),
                                   "alive": len(threads1["tids"])}
@@ -238,6 +240,7 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
            + (f"; extender worker CPU s {phase.extender_threads_cpu}" if phase.extender_threads_cpu else "")
            + (f"; watch events {phase.watch_events}" if phase.watch_events else "")
            + (f"; extender worker threads {phase.extender_threads}" if phase.extender_threads else "")
+           + (f"; extender threads put on a CPU {phase.extender_thread_runs}" if phase.extender_thread_runs else "")
            + (f"; threads' allowed CPUs {phase.pinned}" if phase.pinned else ""))
     return phase
 

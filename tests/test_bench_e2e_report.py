@@ -172,17 +172,20 @@ def test_thread_groups_match_threads_across_snapshots_and_count_ended_ones() -> 
     assert [e2e_meters.thread_group(c) for c in ("gang-bind_3", "ThreadPoolExecu", "request-12", "watch-pods",
                                                  "gang-sweep")] == [
         "gang-bind", "request threads", "request threads", "watch-pods", "gang-sweep"]
-    before = {"total": 10.0, "tids": {1: ("main loop", 2.0), 7: ("gang-bind", 1.0), 8: ("gang-bind", 0.5),
-                                      9: ("gang-release", 0.2)}}
+    before = {"total": 10.0, "tids": {1: ("main loop", 2.0, 40), 7: ("gang-bind", 1.0, 10), 8: ("gang-bind", 0.5, 5),
+                                      9: ("gang-release", 0.2, 3)}}
     # thread 9 ended; 10 is new; 8's id was reused by another group (its earlier time is not subtracted)
-    after = {"total": 16.0, "tids": {1: ("main loop", 3.0), 7: ("gang-bind", 2.5), 8: ("watch-pods", 0.25),
-                                     10: ("gang-bind", 0.75)}}
+    after = {"total": 16.0, "tids": {1: ("main loop", 3.0, 45), 7: ("gang-bind", 2.5, 30), 8: ("watch-pods", 0.25, 2),
+                                     10: ("gang-bind", 0.75, 7)}}
     used = e2e_meters.threads_cpu_used(before, after)
     assert used == {"gang-bind": 2.25, "ended threads": 2.5, "main loop": 1.0, "watch-pods": 0.25}
     assert list(used) == ["ended threads", "gang-bind", "main loop", "watch-pods"]  # the most first
     assert e2e_meters.threads_cpu_used({}, after) == {}
+    assert e2e_meters.thread_runs(before, after) == {"gang-bind": 27, "main loop": 5, "watch-pods": 2}
+    assert e2e_meters.thread_runs(before, {}) == {}
     live = e2e_meters.worker_threads_cpu(__import__("os").getpid())  # this process: its main thread at least
-    assert live["total"] > 0 and any(name == "main loop" and ran > 0 for name, ran in live["tids"].values())
+    assert live["total"] > 0 and any(name == "main loop" and ran > 0 and runs > 0
+                                     for name, ran, runs in live["tids"].values())
 
 
 def test_gang_stats_partial_gangs_latency_and_gates_lifted() -> None:
