@@ -65,7 +65,8 @@ def worker_threads_cpu(worker: int | None) -> dict[str, Any]:
                 comm = names.get(int(task.name)) or (task / "comm").read_text().strip()
                 name = "main loop" if task.name == str(worker) else thread_group(comm)
                 tids[int(task.name)] = (name, int(fields[0]) / 1e9, int(fields[2]))
-    return {"total": cpu_seconds_of(f"/proc/{worker}/stat"), "tids": tids}
+    user, system = user_system_of(f"/proc/{worker}/stat")
+    return {"total": cpu_seconds_of(f"/proc/{worker}/stat"), "user": user, "system": system, "tids": tids}
 
 
 def python_thread_names(pid: int) -> dict[int, str]:
@@ -114,6 +115,22 @@ def thread_runs(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]
         was = before["tids"].get(tid)
         runs[name] = runs.get(name, 0) + count - (was[2] if was and was[0] == name else 0)
     return dict(sorted(runs.items(), key=lambda kv: -kv[1]))
+
+
+def user_system(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """The worker's CPU seconds in user and in kernel mode between two snapshots (clock ticks): a thread
+    switch, a futex or a socket call is kernel time."""
+    if not before or not after:
+        return {}
+    return {mode: round(after[mode] - before[mode], 2) for mode in ("user", "system")}
+
+
+def user_system_of(stat_path: str) -> tuple[float, float]:
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tick, int(fields[12]) / tick
+    return 0.0, 0.0
 
 
 def cpu_seconds_of(stat_path: str) -> float:
@@ -266,6 +283,39 @@ def py_spy(ext: Any, out: Path | None, name: str) -> Any:
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
         wl.log(f"[{name}] py-spy profile of the extender worker: {path}\n{spy_summary(path)}")
+
+
+@contextlib.contextmanager
+def perf_record(ext: Any, out: Path | None, name: str) -> Any:
+    """Sample the extender's worker with Linux ``perf record`` (CPU clock, 499 Hz, user and kernel code by
+    symbol) while the block runs, if asked to; logs the shared objects and symbols that took the most."""
+    pid = extender_worker_pid(ext) if ext is not None and out is not None else None
+    perf = shutil.which("perf")
+    if pid is None or out is None or perf is None:
+        yield
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name.replace(' ', '-')}.data"
+    proc = subprocess.Popen([perf, "record", "-e", "cpu-clock", "-F", "499", "-p", str(pid), "-o", str(path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        wl.log(f"[{name}] perf profile of the extender worker: {path}\n{perf_summary(perf, path)}")
+
+
+def perf_summary(perf: str, path: Path, top: int = 25) -> str:
+    """The shared objects by share of samples, then the ``top`` symbols."""
+    lines = []
+    for sort in ("dso", "dso,sym"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            report = subprocess.run([perf, "report", "-i", str(path), "--stdio", "--sort", sort, "--percent-limit",
+                                     "0.5"], check=False, capture_output=True, text=True, timeout=120).stdout
+            rows = [row for row in report.splitlines() if row.strip() and not row.startswith("#")]
+            lines += rows[:top]
+    return "\n".join(lines)
 
 
 SPY_BUCKETS = (  # (label, a frame or thread name that puts a sample in it); first match wins

@@ -51,6 +51,7 @@ class Phase:
     extender_threads_cpu: dict[str, float] = field(default_factory=dict)  # the worker's CPU s by thread group
     extender_threads: dict[str, int] = field(default_factory=dict)  # the worker's threads: started in the phase, alive
     extender_thread_runs: dict[str, int] = field(default_factory=dict)  # times each thread group was put on a CPU
+    extender_user_system: dict[str, float] = field(default_factory=dict)  # the worker's CPU s in user / kernel mode
     trace: dict[str, Any] = field(default_factory=dict)  # gang_trace.summarize (with --record)
     pinned: dict[str, list[str]] = field(default_factory=dict)  # program -> its threads' allowed CPUs
     timeline: list[float] = field(default_factory=list)  # bind times relative to the first creation

@@ -75,12 +75,14 @@ from e2e_meters import (
     extender_ms,
     extender_worker_pid,
     extender_writes,
+    perf_record,
     prom,
     py_spy,
     scheduler_attempt_ms,
     scheduler_counts,
     thread_runs,
     threads_cpu_used,
+    user_system,
     watch_events,
     worker_threads_cpu,
 )
@@ -116,9 +118,9 @@ PACED_RATE = 96.0  # pods/s: half of the do-nothing extender's arrival throughpu
 # ---------------------------------------------------------------------------------------- phases
 def run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *, name: str, timeout: float,
               hold: float | None = None, start: Any = None, profile: Path | None = None,
-              pace: float | None = None, measured: Any = None) -> Phase:
+              pace: float | None = None, measured: Any = None, perf: Path | None = None) -> Phase:
     """One phase; ``measured``: the extender process whose worker's threads are metered (default ``ext``)."""
-    with py_spy(ext, profile, name):
+    with py_spy(ext, profile, name), perf_record(measured or ext, perf, name):
         return _run_phase(cp, plan, watch, ext, name=name, timeout=timeout, hold=hold, start=start, pace=pace,
                           measured=measured or ext)
 
@@ -232,6 +234,7 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
     threads1 = worker_threads_cpu(worker)
     phase.extender_threads_cpu = threads_cpu_used(threads0, threads1)
     phase.extender_thread_runs = thread_runs(threads0, threads1)
+    phase.extender_user_system = user_system(threads0, threads1)
     if threads0 and threads1:  # threads the worker started during the phase, and how many it has at its end
         phase.extender_threads = {"started": len(threads1["tids"].keys() - threads0["tids"].keys()),
                                   "alive": len(threads1["tids"])}
@@ -241,6 +244,7 @@ def _run_phase(cp: ControlPlane, plan: wl.Plan, watch: wl.BindWatch, ext: Any, *
            + (f"; watch events {phase.watch_events}" if phase.watch_events else "")
            + (f"; extender worker threads {phase.extender_threads}" if phase.extender_threads else "")
            + (f"; extender threads put on a CPU {phase.extender_thread_runs}" if phase.extender_thread_runs else "")
+           + (f"; extender worker CPU s by mode {phase.extender_user_system}" if phase.extender_user_system else "")
            + (f"; threads' allowed CPUs {phase.pinned}" if phase.pinned else ""))
     return phase
 
@@ -392,7 +396,8 @@ def run_phases(cp: ControlPlane, config: str, ext: Any, scheduler: dict[str, Any
         if "backlog" in args.phases:
             result["backlog"] = run_phase(cp, backlog, watch, ext, measured=measured, name=f"{slug} backlog",
                                           timeout=args.timeout,
-                                          start=lambda: cp.start_scheduler(scheduler), profile=args.py_spy)
+                                          start=lambda: cp.start_scheduler(scheduler), profile=args.py_spy,
+                                          perf=args.perf)
             clear(cp, watch, ext, backlog)
         else:
             cp.start_scheduler(scheduler)
@@ -404,17 +409,17 @@ def run_phases(cp: ControlPlane, config: str, ext: Any, scheduler: dict[str, Any
             wl.log(f"[{config}] {enabled}")
         if "arrival" in args.phases:
             result["arrival"] = run_phase(cp, arrival, watch, ext, measured=measured, name=f"{slug} arrival",
-                                          timeout=args.timeout, profile=args.py_spy)
+                                          timeout=args.timeout, profile=args.py_spy, perf=args.perf)
         if "paced" in args.phases:
             if "arrival" in args.phases:
                 clear(cp, watch, ext, arrival)
             result["paced"] = run_phase(cp, paced, watch, ext, measured=measured, name=f"{slug} paced",
                                         timeout=args.timeout,
-                                        profile=args.py_spy, pace=args.paced_rate)
+                                        profile=args.py_spy, pace=args.paced_rate, perf=args.perf)
         if "contention" in args.phases:
             cap = args.contention_cap if gangs else min(args.contention_cap, 30.0)  # groups never complete
             result["contention"] = run_phase(cp, contention, watch, ext, measured=measured, name=f"{slug} contention",
-                                             timeout=cap, hold=args.hold)
+                                             timeout=cap, hold=args.hold, perf=args.perf)
     finally:
         watch.close()
 
@@ -463,6 +468,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"CPU ms per API write, to leave gang-extender's writes out of its CPU floor [{WRITE_MS}]")
     parser.add_argument("--py-spy", type=Path, metavar="DIR",
                         help="profile the extender's worker with py-spy (pip install py-spy) into DIR")
+    parser.add_argument("--perf", type=Path, metavar="DIR",
+                        help="record each phase of the extender's worker (do-nothing one too) with Linux perf into DIR "
+                             "(user and kernel code by symbol: the interpreter, the compiled modules, TLS, the kernel)")
     parser.add_argument("--json", type=Path, help="write every number here (for bench/plot.py)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (component logs)")
     args = parser.parse_args(argv)

@@ -3,10 +3,12 @@
 Owns: answering a bind request (the pod read from the mirror, or once from the API server; the request
 believed for nothing: schedulerName, uid and the node are checked), holding it at its gang's barrier
 until the ledger releases the quorum, binding a released quorum in parallel (written down first when a
-release log is wired, so a crash halfway is finished by whoever comes next), and finishing a release a
-previous process or leader left open (``resume_release``: bound to the recorded nodes after a restart;
-``let_through``: its members pass the barrier at their next bind after a takeover). Must not: parse
-HTTP or JSON, import Flask or kubernetes, or call the API server except through ``Binder``.
+release log is wired, so a crash halfway is finished by whoever comes next; each member's Binding made by
+the thread that holds its bind, at most ``bind_parallelism`` at once, the outcomes reported to the ledger
+by the last of them: a ``_Run``), and finishing a release a previous process or leader left open
+(``resume_release``: bound to the recorded nodes after a restart; ``let_through``: its members pass the
+barrier at their next bind after a takeover). Must not: parse HTTP or JSON, import Flask or kubernetes,
+or call the API server except through ``Binder``.
 
 Trust: every bind, held or not, is answered (its Bindings sent) within the caller's timeout, counted
 from the request's arrival; a replica that lost its leadership binds nothing more.
@@ -14,12 +16,14 @@ from the request's arrival; a replica that lost its leadership binds nothing mor
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from extender.cluster.mirror import ClusterMirror
 from extender.engine.ports import Binder, OpenRelease, ReleaseLog
@@ -35,6 +39,30 @@ log = logging.getLogger(__name__)
 
 BINDING_TIMEOUT = 10.0
 """Seconds a Binding made for no held request (a restart's resume) may take."""
+
+
+@dataclass(eq=False)
+class _Run:
+    """One released quorum being bound, each member by the thread that holds its bind: the outcomes as they
+    come, who is last (that thread reports them all to the ledger and closes the release), and when that is
+    done (``settled``)."""
+
+    gang: GangKey
+    holds: Sequence[Hold]
+    started: float
+    release_id: int
+    errors: dict[str, str] = field(default_factory=dict)  # member uid -> its Binding's outcome ("" bound)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    settled: threading.Event = field(default_factory=threading.Event)
+
+    def finished(self, hold: Hold, error: str) -> bool:
+        """Record one member's outcome; whether it was the last."""
+        with self.lock:
+            self.errors[hold.pod.uid] = error
+            return len(self.errors) == len(self.holds)
+
+    def outcomes(self) -> list[tuple[Hold, str]]:
+        return [(hold, self.errors[hold.pod.uid]) for hold in self.holds]
 
 
 class Binding:
@@ -61,14 +89,12 @@ class Binding:
         self.may_act = may_act
         self.time_left = time_left
         self.hold_seconds = ledger.settings.hold_seconds
-        self._bind_pool = ThreadPoolExecutor(max_workers=max(1, bind_parallelism),
-                                             thread_name_prefix="gang-bind")
-
-    def close(self, wait: bool = False) -> None:
-        self._bind_pool.shutdown(wait=wait, cancel_futures=not wait)
+        self.bind_parallelism = max(1, bind_parallelism)
+        self._bindings = threading.BoundedSemaphore(self.bind_parallelism)  # the releases' Bindings in flight
 
     def start_releases(self, releases: Sequence[Release]) -> None:
-        """Bind, in the background, the quorums a sweep released (a policy change completed them)."""
+        """Start binding the quorums a sweep released (a policy change completed them): written down in the
+        background, then each member bound by the thread holding its bind."""
         for release in releases:
             threading.Thread(target=self._release, args=(release.gang, release.holds), name="gang-release",
                              daemon=True).start()
@@ -141,8 +167,8 @@ class Binding:
         return ""
 
     def _release(self, gang: GangKey, holds: Sequence[Hold]) -> None:
-        """Bind a released quorum: written down first, so a crash halfway is finished on restart. How long
-        it took goes to the ledger (the time the next releases need left on their holds)."""
+        """Start binding a released quorum: written down first, so a crash halfway is finished on restart;
+        then each hold is handed its Binding (``_bind_turn``, on the thread waiting for it)."""
         started = self.clock()
         release_id = 0
         if self.release_log is not None:
@@ -154,13 +180,32 @@ class Binding:
                     log.exception("gang %s: writing its release down failed", gang)
                 self.ledger.unrelease(gang, list(holds), messages.release_not_recorded(gang, exc))
                 return
-        try:
-            errors = list(self._bind_pool.map(self._bind_held, holds))
-            self.ledger.release_took(self.clock() - started)
-            self.ledger.released(gang, list(zip(holds, errors, strict=True)))
-        finally:
-            if self.release_log is not None:
-                self.release_log.closed(release_id)
+        run = _Run(gang, list(holds), started, release_id)
+        for hold in run.holds:
+            hold.take_turn(functools.partial(self._bind_turn, run, hold))
+
+    def _bind_turn(self, run: _Run, hold: Hold) -> str:
+        """One member's Binding, on the thread holding its bind; the last of the release reports every
+        outcome to the ledger (with how long the release took: the time the next ones need left on their
+        holds) and closes the release. Returns the member's answer: at once when bound; when its Binding
+        failed, once the release is settled (its place kept reserved and its assumption dropped before
+        kube-scheduler may try it again), or at its answer deadline."""
+        with self._bindings:
+            error = self._bind_held(hold)
+        if run.finished(hold, error):
+            try:
+                self.ledger.release_took(self.clock() - run.started)
+                self.ledger.released(run.gang, run.outcomes())
+            except Exception:  # the member's own answer stands: its Binding was made (or refused) either way
+                log.exception("gang %s: recording its release's outcome failed", run.gang)
+            finally:
+                run.settled.set()
+                if self.release_log is not None:
+                    self.release_log.closed(run.release_id)
+        elif error:
+            answer_in = hold.answer_by + self.answer_margin / 2 - self.clock()
+            run.settled.wait(min(max(answer_in, 0.0), BINDING_TIMEOUT))
+        return error
 
     def _bind_held(self, hold: Hold) -> str:
         """One Binding of a release, by the leader only: a replica deposed midway stops binding (the
@@ -170,10 +215,17 @@ class Binding:
         return self._bind_one(hold.pod, hold.node, hold.answer_by)
 
     def _await(self, gang: GangKey, hold: Hold) -> str:
-        """Wait for the held bind's answer, letting the ledger expire the gang's holds when they are due."""
+        """Wait for the held bind's answer, letting the ledger expire the gang's holds when they are due; or,
+        when its release hands it its turn, make its Binding here and answer with that."""
         due = self.ledger.due(gang)
         while not hold.wait(max((due if due is not None else self.clock() + 0.1) - self.clock(), 0) + 0.01):
-            due = self.ledger.expire(gang)
+            try:
+                due = self.ledger.expire(gang)
+            except Exception:  # this thread must stay for its answer or its turn: a release counts on it
+                log.exception("gang %s: expiring its holds failed", gang)
+                due = None
+        if hold.result is None and hold.turn is not None:
+            return hold.turn()
         return hold.result or ""
 
     # ------------------------------------------------------------------ releases left open
@@ -213,7 +265,8 @@ class Binding:
                     outcomes[key] = error
                 else:
                     todo.append((pod, node))
-        errors = list(self._bind_pool.map(lambda item: self._bind_one(*item), todo))
+        with ThreadPoolExecutor(max_workers=self.bind_parallelism, thread_name_prefix="gang-resume") as pool:
+            errors = list(pool.map(lambda item: self._bind_one(*item), todo))
         for (pod, _), error in zip(todo, errors, strict=True):
             self.ledger.bound(pod, error)
             outcomes[f"{pod.namespace}/{pod.name}"] = error

@@ -67,9 +67,6 @@ class Engine:
         """First filters of gangs still being created that waited for their quorum, by outcome (a copy)."""
         return self.filtering.quorum_wait_counts()
 
-    def close(self, wait: bool = False) -> None:
-        self.binding.close(wait)
-
     def sweep(self, min_interval: float = 0.0) -> None:
         """The ledger's sweep, then what it left to do: bind the quorums it released, run the evictions."""
         try:

@@ -11,9 +11,10 @@ Must not: decide, take locks, read the clock or call out.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from extender.cluster.reservations import Slot, consume_slot
@@ -72,29 +73,51 @@ class Reservation:
         return Reservation(self.purpose, tuple(slots), self.since, self.priority, self.victims)
 
 
+def _shut() -> threading.Lock:
+    gate = threading.Lock()
+    gate.acquire()
+    return gate
+
+
 @dataclass(eq=False, slots=True)
 class Hold:
-    """One bind request waiting at its gang's barrier. The ledger answers it (``answer``, from any
-    thread); the thread serving the request waits for that (``wait``)."""
+    """One bind request waiting at its gang's barrier. The thread serving the request waits (``wait``)
+    until the ledger answers it (``answer``) or the release that picked it hands it its own Binding to
+    make (``turn``): the Binding is made on the thread kube-scheduler's request already has, as a bind
+    that is not held is. Either opens the hold's gate once (a plain lock: the waiting thread is woken by
+    one release, not through an Event's condition)."""
 
     pod: PodRecord
     node: str
     answer_by: float = float("inf")  # answered with a retry by then (ledger clock): the caller's timeout less a margin
     releasing: bool = False          # picked by the release that binds the quorum
     result: str | None = None        # None while waiting; "" bound; otherwise the error to answer
-    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    turn: Callable[[], str] | None = None  # set by its release: the Binding its waiting thread makes, and its answer
+    _gate: threading.Lock = field(default_factory=_shut, repr=False)
 
     def answer(self, result: str) -> None:
         self.result = result
-        self._done.set()
+        self._open()
+
+    def take_turn(self, turn: Callable[[], str]) -> None:
+        """The release hands the waiting thread its member's Binding (``turn`` returns the answer)."""
+        self.turn = turn
+        self._open()
 
     def wait(self, timeout: float) -> bool:
-        """Whether it was answered within ``timeout`` seconds."""
-        return self._done.wait(timeout)
+        """Whether it was answered or given its turn within ``timeout`` seconds."""
+        if not self._gate.acquire(timeout=max(timeout, 0.0)):
+            return False
+        self._open()  # open for good, as an Event stays set
+        return True
 
     @property
     def answered(self) -> bool:
-        return self._done.is_set()
+        return self.result is not None
+
+    def _open(self) -> None:
+        with contextlib.suppress(RuntimeError):  # opened already (answered again after its turn)
+            self._gate.release()
 
 
 @dataclass(slots=True)

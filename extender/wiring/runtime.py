@@ -224,7 +224,6 @@ class Runtime:
         self.stop_event.set()
         if self.journal is not None:
             self.journal.close()
-        self.engine.close()
         if self.leadership is not None and self.leadership.elector is not None:
             intents = self.leadership.intents
             # hand the Lease back at once unless a release is still open (a successor must finish it)

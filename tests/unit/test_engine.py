@@ -9,14 +9,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from extender import native
 from extender.engine.requests import FilterResult
+from extender.errors import BindError
 from extender.model.gang import GangKey, GroupKind, GroupRef
 from tests.builders import (
+    FakeBinder,
     Harness,
     assert_demand_counted,
     bind_args,
@@ -467,6 +470,121 @@ def test_member_arriving_while_the_quorum_is_being_bound_is_not_held(h: Harness,
     third.join(2)
     assert binds.join() == {"a-0": "", "a-1": "", "a-2": ""}
     assert h.ledger.view.counters()["timeouts"] == 0
+
+
+@dataclass
+class BinderOnThreads(FakeBinder):
+    """FakeBinder that notes the thread making each Binding, holds the Bindings of chosen pods until told,
+    and counts the most Bindings in flight at once."""
+
+    held: dict[str, threading.Event] = field(default_factory=dict)  # pod name -> set: its Binding may finish
+    made_on: dict[str, str] = field(default_factory=dict)  # pod name -> the thread that made its Binding
+    in_flight: int = 0
+    most_in_flight: int = 0
+
+    def calls_made(self) -> list[str]:
+        """The pods whose Binding has returned (made or refused)."""
+        with self.lock:
+            return [name for name in self.made_on if name not in self.held or self.held[name].is_set()]
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, timeout: float = 10.0) -> None:
+        with self.lock:
+            self.made_on[name] = threading.current_thread().name
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if name in self.held and not self.held[name].wait(10):
+                raise BindError("the test never let this Binding finish")
+            super().bind(namespace, name, uid, node, timeout)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+@pytest.mark.parametrize("h", [{"binder": BinderOnThreads()}], indirect=True)
+def test_each_member_of_a_released_quorum_is_bound_by_the_thread_holding_its_bind(h: Harness, binds: Binds) -> None:
+    """As a bind that is not held is: no hand-off to another thread and back."""
+    nodes(h, NODES4)
+    a = gang_pods("a", 4)
+    h.add(coscheduling_podgroup("a", 4), *a)
+    for member, target in zip(a, NODES4, strict=True):
+        binds.start(member, target)
+    assert binds.join() == {f"a-{i}": "" for i in range(4)}
+    assert isinstance(h.binder, BinderOnThreads)
+    assert h.binder.made_on == {f"a-{i}": f"bind-a-{i}" for i in range(4)}
+
+
+@pytest.mark.parametrize("h", [{"binder": BinderOnThreads()}], indirect=True)
+def test_a_member_is_answered_at_its_own_binding_and_the_last_reports_the_release(h: Harness, binds: Binds) -> None:
+    """A member is answered as soon as its Binding is made; the gang is complete (counted, told, its holds
+    gone) once the last Binding of its release is made, by that one."""
+    binder = h.binder
+    assert isinstance(binder, BinderOnThreads)
+    binder.held["a-2"] = threading.Event()
+    nodes(h, NODES4)
+    a = gang_pods("a", 3)
+    h.add(coscheduling_podgroup("a", 3), *a)
+    for member, target in zip(a, NODES4, strict=False):
+        binds.start(member, target)
+    wait_until(lambda: binds.results.get("a-0") == "" and binds.results.get("a-1") == "")
+    assert "a-2" not in binds.results and binder.in_flight == 1, "a-2's Binding is still being made"
+    assert h.ledger.view.counters()["completed"] == 0 and h.ledger.view.held_count() == 3
+    assert h.events.of("GangBound") == []
+    binder.held["a-2"].set()
+    assert binds.join() == {"a-0": "", "a-1": "", "a-2": ""}
+    assert h.ledger.view.counters()["completed"] == 1 and h.ledger.view.held_count() == 0
+    assert [e[3] for e in h.events.of("GangBound")] == ["gang default/a: 3 member(s) bound together at quorum"]
+
+
+@pytest.mark.parametrize("h", [{"binder": BinderOnThreads()}], indirect=True)
+def test_a_member_whose_binding_failed_is_answered_once_its_release_is_settled(h: Harness, binds: Binds) -> None:
+    """Not while a sibling is still being bound: by then its place is kept reserved and its assumption
+    dropped, so kube-scheduler's retry of it finds the gang as the release left it."""
+    binder = h.binder
+    assert isinstance(binder, BinderOnThreads)
+    binder.held["a-0"] = threading.Event()
+    binder.fail["a-2"] = "the API server said no"
+    nodes(h, NODES4)
+    a = gang_pods("a", 3)
+    h.add(coscheduling_podgroup("a", 3), *a)
+    seen: dict[str, Any] = {}
+
+    def failing_member() -> None:
+        seen["answer"] = h.engine.bind(bind_args(a[2], "n3"))
+        seen["in flight then"], seen["held then"] = binder.in_flight, h.ledger.view.held_count()
+
+    binds.start(a[0], "n1")
+    binds.start(a[1], "n2")
+    third = threading.Thread(target=failing_member)
+    third.start()
+    wait_until(lambda: binds.results.get("a-1") == "" and "a-2" in binder.calls_made())
+    binder.held["a-0"].set()
+    third.join(5)
+    assert binds.join() == {"a-0": "", "a-1": ""}
+    assert seen == {"answer": "binding pod default/a-2 to n3 failed: the API server said no",
+                    "in flight then": 0, "held then": 0}
+    assert h.mirror.placement(a[2]["metadata"]["uid"]) == ""
+
+
+@pytest.mark.parametrize("h", [{"binder": BinderOnThreads(), "bind_parallelism": 2}], indirect=True)
+def test_a_release_makes_at_most_bind_parallelism_bindings_at_once(h: Harness, binds: Binds) -> None:
+    binder = h.binder
+    assert isinstance(binder, BinderOnThreads)
+    let = {f"a-{i}": threading.Event() for i in range(4)}
+    binder.held.update(let)
+    nodes(h, NODES4)
+    a = gang_pods("a", 4)
+    h.add(coscheduling_podgroup("a", 4), *a)
+    for member, target in zip(a, NODES4, strict=True):
+        binds.start(member, target)
+    wait_until(lambda: len(binder.made_on) == 2)
+    first = sorted(binder.made_on)
+    let[first[0]].set()  # one Binding finishes: one more may start
+    wait_until(lambda: len(binder.made_on) == 3)
+    for event in let.values():
+        event.set()
+    assert binds.join() == {f"a-{i}": "" for i in range(4)}
+    assert binder.most_in_flight == 2
 
 
 def test_non_gang_pod_binds_at_once(h: Harness) -> None:
