@@ -2,13 +2,13 @@
 """What a released gang's hand-off to the bind pool costs, per member, in CPU (no HTTP, no API server).
 
 A released quorum's members each wait on a thread of their own (the held binds: gunicorn's request
-threads, which live on between requests); today the releasing request hands each member's Binding to the
-``gang-bind`` pool and, when all are made, wakes every held thread (``engine/binding.py``). The
-alternative weighed in docs/performance.md: wake the held threads and let each make its own Binding.
-This times both on long-lived threads, with a stand-in for the Binding's own work:
+threads, which live on between requests). Until 51ce49b the releasing request handed each member's
+Binding to a ``gang-bind`` pool and, when all were made, woke every held thread; since then each held
+thread is woken to make its own Binding (``engine/binding.py``; the end-to-end comparison is in
+docs/performance.md). This times both on long-lived threads, with a stand-in for the Binding's own work:
 
-- ``pool``: the work goes through a ThreadPoolExecutor, then the held threads are woken (today);
-- ``own thread``: the held threads are woken, each does its work, the last one reports (the alternative).
+- ``pool``: the work goes through a ThreadPoolExecutor, then the held threads are woken (before 51ce49b);
+- ``own thread``: the held threads are woken, each does its work, the last one reports (since).
 
     .venv/bin/python bench/release_handoff.py            # ~10 s
 """
