@@ -16,7 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -259,51 +259,45 @@ def extender_worker_pid(ext: Any) -> int | None:
 
 
 @contextlib.contextmanager
-def py_spy(ext: Any, out: Path | None, name: str) -> Any:
-    """Sample the extender's worker with py-spy (collapsed stacks) while the block runs, if asked to."""
+def sampled(ext: Any, out: Path | None, name: str, profiler: str, suffix: str,
+            command: Callable[[int, Path], list[str]], summary: Callable[[Path], str]) -> Any:
+    """Run a sampling profiler (``command``: its argv for the worker's pid and the output file) on the
+    extender's worker while the block runs, if asked to (``out``), then log its ``summary``."""
     pid = extender_worker_pid(ext) if ext is not None and out is not None else None
     if pid is None or out is None:
         yield
         return
-    import shutil
-    import subprocess
-
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name.replace(' ', '-')}.txt"
-    # --gil: only samples where a thread holds the GIL, i.e. where the worker's CPU time goes;
-    # --nonblocking: never pauses the worker (pausing ~2,000 held-bind threads 250 times a second stalled
-    # the run at 5 pods/s), at the price of an occasional torn stack
-    proc = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "100", "--nonblocking", "--format", "raw",
-                             "--threads", "--gil", "--output", str(path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(30)
-        wl.log(f"[{name}] py-spy profile of the extender worker: {path}\n{spy_summary(path)}")
-
-
-@contextlib.contextmanager
-def perf_record(ext: Any, out: Path | None, name: str) -> Any:
-    """Sample the extender's worker with Linux ``perf record`` (CPU clock, 499 Hz, user and kernel code by
-    symbol) while the block runs, if asked to; logs the shared objects and symbols that took the most."""
-    pid = extender_worker_pid(ext) if ext is not None and out is not None else None
-    perf = shutil.which("perf")
-    if pid is None or out is None or perf is None:
-        yield
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name.replace(' ', '-')}.data"
-    proc = subprocess.Popen([perf, "record", "-e", "cpu-clock", "-F", "499", "-p", str(pid), "-o", str(path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path = out / f"{name.replace(' ', '-')}{suffix}"
+    proc = subprocess.Popen(command(pid, path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(60)
-        wl.log(f"[{name}] perf profile of the extender worker: {path}\n{perf_summary(perf, path)}")
+        wl.log(f"[{name}] {profiler} profile of the extender worker: {path}\n{summary(path)}")
+
+
+def py_spy(ext: Any, out: Path | None, name: str) -> Any:
+    """Sample the extender's worker with py-spy (collapsed stacks) while the block runs, if asked to."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    # --gil: only samples where a thread holds the GIL, i.e. where the worker's CPU time goes;
+    # --nonblocking: never pauses the worker (pausing ~2,000 held-bind threads 250 times a second stalled
+    # the run at 5 pods/s), at the price of an occasional torn stack
+    return sampled(ext, out, name, "py-spy", ".txt",
+                   lambda pid, path: [spy, "record", "--pid", str(pid), "--rate", "100", "--nonblocking", "--format",
+                                      "raw", "--threads", "--gil", "--output", str(path)], spy_summary)
+
+
+def perf_record(ext: Any, out: Path | None, name: str) -> Any:
+    """Sample the extender's worker with Linux ``perf record`` (CPU clock, 499 Hz, user and kernel code by
+    symbol) while the block runs, if asked to (and ``perf`` is installed); logs the shared objects and
+    symbols that took the most."""
+    perf = shutil.which("perf")
+    return sampled(ext, out if perf else None, name, "perf", ".data",
+                   lambda pid, path: [perf or "perf", "record", "-e", "cpu-clock", "-F", "499", "-p", str(pid),
+                                      "-o", str(path)],
+                   lambda path: perf_summary(perf or "perf", path))
 
 
 def perf_summary(perf: str, path: Path, top: int = 25) -> str:
