@@ -91,17 +91,23 @@ def thread_group(comm: str) -> str:
     return comm.rstrip("0123456789").rstrip("_-") or comm
 
 
+def _by_group(before: dict[str, Any], after: dict[str, Any], field: int) -> dict[str, float]:
+    """Field ``field`` of each live thread's snapshot (1: CPU seconds, 2: times run), summed by thread group
+    over the two snapshots (a thread id reused by another group counts from zero)."""
+    grown: dict[str, float] = {}
+    for tid, now in after["tids"].items():
+        was = before["tids"].get(tid)
+        grown[now[0]] = grown.get(now[0], 0) + now[field] - (was[field] if was and was[0] == now[0] else 0)
+    return grown
+
+
 def threads_cpu_used(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
     """CPU seconds by thread group between two snapshots; what threads that ended in between ran is the
     worker's total less the live threads' (``ended threads``, approximate: the total is clock-based)."""
     if not before or not after:
         return {}
-    used: dict[str, float] = {}
-    for tid, (name, ran, _) in after["tids"].items():
-        was = before["tids"].get(tid)
-        used[name] = used.get(name, 0.0) + ran - (was[1] if was and was[0] == name else 0.0)
-    ended = after["total"] - before["total"] - sum(used.values())
-    used["ended threads"] = max(ended, 0.0)
+    used = _by_group(before, after, 1)
+    used["ended threads"] = max(after["total"] - before["total"] - sum(used.values()), 0.0)
     return {name: round(value, 3) for name, value in sorted(used.items(), key=lambda kv: -kv[1])}
 
 
@@ -110,11 +116,8 @@ def thread_runs(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]
     wake-up from idle costs tens of microseconds of CPU whatever the thread then does."""
     if not before or not after:
         return {}
-    runs: dict[str, int] = {}
-    for tid, (name, _, count) in after["tids"].items():
-        was = before["tids"].get(tid)
-        runs[name] = runs.get(name, 0) + count - (was[2] if was and was[0] == name else 0)
-    return dict(sorted(runs.items(), key=lambda kv: -kv[1]))
+    runs = _by_group(before, after, 2)
+    return {name: int(count) for name, count in sorted(runs.items(), key=lambda kv: -kv[1])}
 
 
 def user_system(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
