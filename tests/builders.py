@@ -247,6 +247,15 @@ class Harness:
                 raise ValueError(f"unknown kind {kind!r}")
 
 
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll ``condition`` until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached in {timeout} s")
+        time.sleep(0.002)
+
+
 def make_engine(*, timeout_seconds: float = 30.0, backoff_seconds: float = 10.0, cache_size: int = 4096,
                 cache_ttl: float = 300.0, clock: FakeClock | None = None, binder: FakeBinder | None = None,
                 bind_to_mirror: bool = False, bind_parallelism: int = 8,

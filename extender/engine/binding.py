@@ -4,8 +4,9 @@ Owns: answering a bind request (the pod read from the mirror, or once from the A
 believed for nothing: schedulerName, uid and the node are checked), holding it at its gang's barrier
 until the ledger releases the quorum, binding a released quorum in parallel (written down first when a
 release log is wired, so a crash halfway is finished by whoever comes next; each member's Binding made by
-the thread that holds its bind, at most ``bind_parallelism`` at once, the outcomes reported to the ledger
-by the last of them: a ``_Run``), and finishing a release a previous process or leader left open
+the thread that holds its bind, at most ``bind_parallelism`` at once (``BindingSlots``, first come first
+served), the outcomes reported to the ledger by the last of them (a ``_Run``), the release closed in the
+log by ``gang-release-close``), and finishing a release a previous process or leader left open
 (``resume_release``: bound to the recorded nodes after a restart; ``let_through``: its members pass the
 barrier at their next bind after a takeover). Must not: parse HTTP or JSON, import Flask or kubernetes,
 or call the API server except through ``Binder``.
@@ -16,9 +17,11 @@ from the request's arrival; a replica that lost its leadership binds nothing mor
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import math
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -65,6 +68,40 @@ class _Run:
         return [(hold, self.errors[hold.pod.uid]) for hold in self.holds]
 
 
+class BindingSlots:
+    """At most ``count`` Bindings of releases in flight, handed out in the order they were asked for (a
+    freed slot goes to the longest waiter, never to a later comer), each wait bounded."""
+
+    def __init__(self, count: int) -> None:
+        self._free = count
+        self._lock = threading.Lock()
+        self._waiting: collections.deque[threading.Lock] = collections.deque()
+
+    def acquire(self, timeout: float) -> bool:
+        """Whether a slot was had within ``timeout`` seconds (then ``release`` it)."""
+        with self._lock:
+            if self._free and not self._waiting:
+                self._free -= 1
+                return True
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiting.append(turn)
+        if turn.acquire(timeout=max(timeout, 0.0)):
+            return True
+        with self._lock:
+            if turn in self._waiting:
+                self._waiting.remove(turn)
+                return False
+        return True  # handed a slot just as the wait ended
+
+    def release(self) -> None:
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().release()  # the slot passes straight to the longest waiter
+            else:
+                self._free += 1
+
+
 class Binding:
     """The bind verb and the releases."""
 
@@ -90,7 +127,10 @@ class Binding:
         self.time_left = time_left
         self.hold_seconds = ledger.settings.hold_seconds
         self.bind_parallelism = max(1, bind_parallelism)
-        self._bindings = threading.BoundedSemaphore(self.bind_parallelism)  # the releases' Bindings in flight
+        self._bindings = BindingSlots(self.bind_parallelism)  # the releases' Bindings in flight
+        self._to_close: queue.SimpleQueue[int] = queue.SimpleQueue()  # settled releases, for the closer
+        self._closer: threading.Thread | None = None  # closes them off the answering threads (started once)
+        self._closer_lock = threading.Lock()
 
     def start_releases(self, releases: Sequence[Release]) -> None:
         """Start binding the quorums a sweep released (a policy change completed them): written down in the
@@ -185,13 +225,23 @@ class Binding:
             hold.take_turn(functools.partial(self._bind_turn, run, hold))
 
     def _bind_turn(self, run: _Run, hold: Hold) -> str:
-        """One member's Binding, on the thread holding its bind; the last of the release reports every
-        outcome to the ledger (with how long the release took: the time the next ones need left on their
-        holds) and closes the release. Returns the member's answer: at once when bound; when its Binding
-        failed, once the release is settled (its place kept reserved and its assumption dropped before
-        kube-scheduler may try it again), or at its answer deadline."""
-        with self._bindings:
-            error = self._bind_held(hold)
+        """One member's Binding, on the thread holding its bind (it waits for one of the ``bind_parallelism``
+        slots no longer than its answer allows); the last of the release reports every outcome to the
+        ledger (with how long the release took: the time the next ones need left on their holds), and the
+        release is closed in the background. Returns the member's answer: at once when bound; when its
+        Binding failed, once the release is settled (its place kept reserved and its assumption dropped
+        before kube-scheduler may try it again), or at its answer deadline."""
+        try:
+            if self._bindings.acquire(self._answer_in(hold)):
+                try:
+                    error = self._bind_held(hold)
+                finally:
+                    self._bindings.release()
+            else:
+                error = messages.binding_not_attempted_late(hold.pod, hold.node)
+        except Exception as exc:  # whatever happens, the release hears of this member
+            log.exception("gang %s: binding %s failed", run.gang, hold.pod.name)
+            error = messages.binding_failed(hold.pod, hold.node, f"{type(exc).__name__}: {exc}")
         if run.finished(hold, error):
             try:
                 self.ledger.release_took(self.clock() - run.started)
@@ -201,11 +251,33 @@ class Binding:
             finally:
                 run.settled.set()
                 if self.release_log is not None:
-                    self.release_log.closed(run.release_id)
+                    self._close_later(run.release_id)
         elif error:
-            answer_in = hold.answer_by + self.answer_margin / 2 - self.clock()
-            run.settled.wait(min(max(answer_in, 0.0), BINDING_TIMEOUT))
+            run.settled.wait(min(self._answer_in(hold), BINDING_TIMEOUT))
         return error
+
+    def _answer_in(self, hold: Hold) -> float:
+        """Seconds left before the held bind must be answered (half the answer margin kept for the reply)."""
+        return max(hold.answer_by + self.answer_margin / 2 - self.clock(), 0.0)
+
+    def _close_later(self, release_id: int) -> None:
+        """Close a settled release in the release log on ``gang-release-close``, not on the thread about to
+        answer kube-scheduler: on the Lease that is an API write, which may take seconds."""
+        with self._closer_lock:
+            if self._closer is None:
+                self._closer = threading.Thread(target=self._close_settled, name="gang-release-close", daemon=True)
+                self._closer.start()
+        self._to_close.put(release_id)
+
+    def _close_settled(self) -> None:
+        """Close the settled releases, in order."""
+        while True:
+            release_id = self._to_close.get()
+            try:
+                if self.release_log is not None:
+                    self.release_log.closed(release_id)
+            except Exception:  # a failing log must not stop the next closings
+                log.exception("release %d: closing it failed", release_id)
 
     def _bind_held(self, hold: Hold) -> str:
         """One Binding of a release, by the leader only: a replica deposed midway stops binding (the
@@ -216,15 +288,21 @@ class Binding:
 
     def _await(self, gang: GangKey, hold: Hold) -> str:
         """Wait for the held bind's answer, letting the ledger expire the gang's holds when they are due; or,
-        when its release hands it its turn, make its Binding here and answer with that."""
-        due = self.ledger.due(gang)
-        while not hold.wait(max((due if due is not None else self.clock() + 0.1) - self.clock(), 0) + 0.01):
+        when its release hands it its turn, make its Binding here and answer with that. Nothing the ledger
+        raises ends the wait: a released quorum counts on this thread for its member's Binding."""
+        due: float | None = None
+        asked = False
+        while True:
             try:
+                if not asked:
+                    asked, due = True, self.ledger.due(gang)
+                if hold.wait(max((due if due is not None else self.clock() + 0.1) - self.clock(), 0) + 0.01):
+                    break
                 due = self.ledger.expire(gang)
-            except Exception:  # this thread must stay for its answer or its turn: a release counts on it
-                log.exception("gang %s: expiring its holds failed", gang)
+            except Exception:
+                log.exception("gang %s: waiting at its barrier failed; waiting on", gang)
                 due = None
-        if hold.result is None and hold.turn is not None:
+        if hold.turn is not None:
             return hold.turn()
         return hold.result or ""
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from extender import native
+from extender.engine.binding import BindingSlots
 from extender.engine.requests import FilterResult
 from extender.errors import BindError
 from extender.model.gang import GangKey, GroupKind, GroupRef
@@ -37,7 +38,10 @@ NODES4 = ["n1", "n2", "n3", "n4"]
 @pytest.fixture
 def h(request: pytest.FixtureRequest) -> Iterator[Harness]:
     """The harness; ``@pytest.mark.parametrize("h", [{...}], indirect=True)`` passes ``make_engine`` more settings."""
-    harness = make_engine(**{"timeout_seconds": 30.0, "backoff_seconds": 10.0, **getattr(request, "param", {})})
+    settings = {"timeout_seconds": 30.0, "backoff_seconds": 10.0, **getattr(request, "param", {})}
+    if isinstance(settings.get("binder"), type):  # a binder class: a fresh binder for each run of the test
+        settings["binder"] = settings["binder"]()
+    harness = make_engine(**settings)
     yield harness
     assert_demand_counted(harness.ledger)  # after every test of this file
     harness.close()
@@ -479,13 +483,14 @@ class BinderOnThreads(FakeBinder):
 
     held: dict[str, threading.Event] = field(default_factory=dict)  # pod name -> set: its Binding may finish
     made_on: dict[str, str] = field(default_factory=dict)  # pod name -> the thread that made its Binding
+    returned: list[str] = field(default_factory=list)  # pods whose Binding returned (made or refused), in order
     in_flight: int = 0
     most_in_flight: int = 0
 
     def calls_made(self) -> list[str]:
         """The pods whose Binding has returned (made or refused)."""
         with self.lock:
-            return [name for name in self.made_on if name not in self.held or self.held[name].is_set()]
+            return list(self.returned)
 
     def bind(self, namespace: str, name: str, uid: str, node: str, timeout: float = 10.0) -> None:
         with self.lock:
@@ -499,9 +504,10 @@ class BinderOnThreads(FakeBinder):
         finally:
             with self.lock:
                 self.in_flight -= 1
+                self.returned.append(name)
 
 
-@pytest.mark.parametrize("h", [{"binder": BinderOnThreads()}], indirect=True)
+@pytest.mark.parametrize("h", [{"binder": BinderOnThreads}], indirect=True)
 def test_each_member_of_a_released_quorum_is_bound_by_the_thread_holding_its_bind(h: Harness, binds: Binds) -> None:
     """As a bind that is not held is: no hand-off to another thread and back."""
     nodes(h, NODES4)
@@ -514,7 +520,7 @@ def test_each_member_of_a_released_quorum_is_bound_by_the_thread_holding_its_bin
     assert h.binder.made_on == {f"a-{i}": f"bind-a-{i}" for i in range(4)}
 
 
-@pytest.mark.parametrize("h", [{"binder": BinderOnThreads()}], indirect=True)
+@pytest.mark.parametrize("h", [{"binder": BinderOnThreads}], indirect=True)
 def test_a_member_is_answered_at_its_own_binding_and_the_last_reports_the_release(h: Harness, binds: Binds) -> None:
     """A member is answered as soon as its Binding is made; the gang is complete (counted, told, its holds
     gone) once the last Binding of its release is made, by that one."""
@@ -536,7 +542,7 @@ def test_a_member_is_answered_at_its_own_binding_and_the_last_reports_the_releas
     assert [e[3] for e in h.events.of("GangBound")] == ["gang default/a: 3 member(s) bound together at quorum"]
 
 
-@pytest.mark.parametrize("h", [{"binder": BinderOnThreads()}], indirect=True)
+@pytest.mark.parametrize("h", [{"binder": BinderOnThreads}], indirect=True)
 def test_a_member_whose_binding_failed_is_answered_once_its_release_is_settled(h: Harness, binds: Binds) -> None:
     """Not while a sibling is still being bound: by then its place is kept reserved and its assumption
     dropped, so kube-scheduler's retry of it finds the gang as the release left it."""
@@ -566,7 +572,7 @@ def test_a_member_whose_binding_failed_is_answered_once_its_release_is_settled(h
     assert h.mirror.placement(a[2]["metadata"]["uid"]) == ""
 
 
-@pytest.mark.parametrize("h", [{"binder": BinderOnThreads(), "bind_parallelism": 2}], indirect=True)
+@pytest.mark.parametrize("h", [{"binder": BinderOnThreads, "bind_parallelism": 2}], indirect=True)
 def test_a_release_makes_at_most_bind_parallelism_bindings_at_once(h: Harness, binds: Binds) -> None:
     binder = h.binder
     assert isinstance(binder, BinderOnThreads)
@@ -585,6 +591,103 @@ def test_a_release_makes_at_most_bind_parallelism_bindings_at_once(h: Harness, b
         event.set()
     assert binds.join() == {f"a-{i}": "" for i in range(4)}
     assert binder.most_in_flight == 2
+
+
+def test_binding_slots_go_to_the_longest_waiter_and_a_wait_is_bounded() -> None:
+    slots = BindingSlots(1)
+    assert slots.acquire(0)
+    got: list[str] = []
+    waiter = threading.Thread(target=lambda: got.append("waiter" if slots.acquire(5) else "timed out"))
+    waiter.start()
+    wait_until(lambda: len(slots._waiting) == 1)
+    slots.release()  # handed to the waiter: a later comer finds none free
+    assert not slots.acquire(0)
+    waiter.join(5)
+    assert got == ["waiter"]
+    started = time.monotonic()
+    assert not slots.acquire(0.05), "the waiter still holds the only slot"
+    assert time.monotonic() - started >= 0.05
+    slots.release()
+    assert slots.acquire(0)
+
+
+class ReleaseLogClosedWhenLet:
+    """ReleaseLog whose ``closed`` waits until the test lets it (a slow Lease write)."""
+
+    def __init__(self) -> None:
+        self.let_close = threading.Event()
+        self.open: set[int] = set()
+
+    def opened(self, gang: GangKey, pods: Sequence[tuple[str, str, str, str]]) -> int:
+        self.open.add(len(self.open) + 1)
+        return len(self.open)
+
+    def closed(self, release_id: int) -> None:
+        assert self.let_close.wait(10)
+        self.open.discard(release_id)
+
+
+@pytest.mark.parametrize("h", [{"release_log": ReleaseLogClosedWhenLet()}], indirect=True)
+def test_no_answer_waits_for_the_release_log_to_close_the_release(h: Harness, binds: Binds) -> None:
+    """Closing a release on the Lease is an API write: the members are answered without waiting for it."""
+    release_log = h.engine.binding.release_log
+    assert isinstance(release_log, ReleaseLogClosedWhenLet)
+    nodes(h, NODES4)
+    a = gang_pods("a", 3)
+    h.add(coscheduling_podgroup("a", 3), *a)
+    for member, target in zip(a, NODES4, strict=False):
+        binds.start(member, target)
+    assert binds.join() == {"a-0": "", "a-1": "", "a-2": ""}
+    assert release_log.open == {1}, "answered while the release was still being closed"
+    release_log.let_close.set()
+    wait_until(lambda: not release_log.open)
+
+
+def test_a_held_thread_stays_for_its_turn_whatever_the_ledger_raises(h: Harness, binds: Binds) -> None:
+    """A released quorum counts on each held thread for its member's Binding."""
+    nodes(h, NODES4)
+    a = gang_pods("a", 3)
+    h.add(coscheduling_podgroup("a", 3), *a)
+    due = h.ledger.due
+    failed: list[str] = []
+
+    def failing_once(gang: GangKey) -> float | None:
+        if threading.current_thread().name == "bind-a-0" and not failed:
+            failed.append("a-0")
+            raise RuntimeError("injected")
+        return due(gang)
+
+    h.ledger.due = failing_once  # type: ignore[method-assign]
+    binds.start(a[0], "n1")
+    wait_until(lambda: failed == ["a-0"] and h.ledger.view.held_count() == 1)
+    binds.start(a[1], "n2")
+    binds.start(a[2], "n3")
+    assert binds.join() == {"a-0": "", "a-1": "", "a-2": ""}
+    assert h.binder.bound_names == ["a-0", "a-1", "a-2"]
+    assert h.ledger.view.held_count() == 0 and h.ledger.view.counters()["completed"] == 1
+
+
+@pytest.mark.parametrize("h", [{"binder": BinderOnThreads, "real_clock": True, "hold_seconds": 1.0}], indirect=True)
+def test_a_failed_member_waits_for_its_release_no_longer_than_its_answer_allows(h: Harness, binds: Binds) -> None:
+    """The guarantee is kube-scheduler's httpTimeout: a held bind is answered by its arrival + hold_seconds +
+    half the answer margin (1 s + 0.5 s here), even while a sibling's Binding is still being made."""
+    binder = h.binder
+    assert isinstance(binder, BinderOnThreads)
+    binder.held["a-0"] = threading.Event()
+    binder.fail["a-2"] = "the API server said no"
+    nodes(h, NODES4)
+    a = gang_pods("a", 3)
+    h.add(coscheduling_podgroup("a", 3), *a)
+    binds.start(a[0], "n1")
+    binds.start(a[1], "n2")
+    started = time.monotonic()
+    answer = h.engine.bind(bind_args(a[2], "n3"), started)
+    answered_in = time.monotonic() - started
+    assert answer == "binding pod default/a-2 to n3 failed: the API server said no"
+    assert binder.in_flight == 1, "a-0's Binding is still being made"
+    assert answered_in <= 1.0 + 0.5 + 0.1, f"answered {answered_in:.2f} s after its arrival"  # 0.1 s for the test
+    binder.held["a-0"].set()
+    assert binds.join() == {"a-0": "", "a-1": ""}
 
 
 def test_non_gang_pod_binds_at_once(h: Harness) -> None:

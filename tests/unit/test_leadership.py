@@ -19,7 +19,17 @@ from extender.kube.leader import LeaderElector
 from extender.kube.lease import ElectionConfig
 from extender.wiring.composition import from_snapshot
 from extender.wiring.leadership import NOT_LEADER, PENDING_IDLE_SECONDS, Leadership
-from tests.builders import Harness, bind_args, coscheduling_podgroup, filter_args, gang_key, make_engine, node, pod
+from tests.builders import (
+    Harness,
+    bind_args,
+    coscheduling_podgroup,
+    filter_args,
+    gang_key,
+    make_engine,
+    node,
+    pod,
+    wait_until,
+)
 from tests.lease_fake import Clock, FakeLeases
 
 CONFIG = ElectionConfig("ns", "lease", lease_duration=15, renew_deadline=10, retry_period=2)
@@ -114,7 +124,8 @@ def test_a_release_is_on_the_lease_before_its_first_binding(world: tuple[FakeLea
         assert bind_all(r.h, gang(r.h)) == dict.fromkeys(("a-0", "a-1", "a-2", "a-3"), "")
         written = '"gang":{"kind":"PodGroup.x-k8s.io","namespace":"default","name":"a"'
         assert len(seen) == 4 and all(written in value for value in seen)
-        assert '"open":[]' in server.lease()["metadata"]["annotations"]["gang-extender.io/releases"]
+        wait_until(lambda: '"open":[]' in server.lease()["metadata"]["annotations"]["gang-extender.io/releases"],
+                   what="the release's intent cleared from the Lease (in the background, after the answers)")
     finally:
         r.h.close()
 

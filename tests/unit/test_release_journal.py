@@ -13,7 +13,7 @@ import pytest
 
 from extender.errors import BindError
 from extender.files.journal import JournalPod, Release, ReleaseJournal
-from tests.builders import Harness, bind_args, coscheduling_podgroup, gang_key, make_engine, node, pod
+from tests.builders import Harness, bind_args, coscheduling_podgroup, gang_key, make_engine, node, pod, wait_until
 
 
 def members(count: int, cpu: str = "3") -> list[dict[str, Any]]:
@@ -113,9 +113,14 @@ def test_a_release_is_written_down_before_the_first_binding(h: Harness, journal:
     for thread in threads:
         thread.join(5)
     assert answers == {"a-0": "", "a-1": "", "a-2": ""}
-    after = ReleaseJournal(journal.path)
-    assert after.unfinished == [], "a finished release is marked done"
-    after.close()
+
+    def marked_done() -> bool:
+        after = ReleaseJournal(journal.path)
+        done = after.unfinished == []
+        after.close()
+        return done
+
+    wait_until(marked_done, what="the finished release marked done (in the background, after the answers)")
 
 
 def test_resume_binds_only_what_is_still_pending_and_fits(h: Harness) -> None:
