@@ -47,8 +47,8 @@ BINDING_TIMEOUT = 10.0
 @dataclass(eq=False)
 class _Run:
     """One released quorum being bound, each member by the thread that holds its bind: the outcomes as they
-    come, who is last (that thread reports them all to the ledger and closes the release), and when that is
-    done (``settled``)."""
+    come, who is last (that thread reports them all to the ledger and has the release closed), and when
+    that is done (``settled``)."""
 
     gang: GangKey
     holds: Sequence[Hold]
