@@ -542,10 +542,8 @@ def test_a_member_is_answered_at_its_own_binding_and_the_last_reports_the_releas
     assert [e[3] for e in h.events.of("GangBound")] == ["gang default/a: 3 member(s) bound together at quorum"]
 
 
-@pytest.mark.parametrize("h", [{"binder": BinderOnThreads}], indirect=True)
-def test_a_member_whose_binding_failed_is_answered_once_its_release_is_settled(h: Harness, binds: Binds) -> None:
-    """Not while a sibling is still being bound: by then its place is kept reserved and its assumption
-    dropped, so kube-scheduler's retry of it finds the gang as the release left it."""
+def a_gang_whose_third_binding_fails(h: Harness) -> tuple[BinderOnThreads, list[dict[str, Any]]]:
+    """Gang ``a`` of 3 on NODES4: a-0's Binding held until the test lets it finish, a-2's refused."""
     binder = h.binder
     assert isinstance(binder, BinderOnThreads)
     binder.held["a-0"] = threading.Event()
@@ -553,6 +551,14 @@ def test_a_member_whose_binding_failed_is_answered_once_its_release_is_settled(h
     nodes(h, NODES4)
     a = gang_pods("a", 3)
     h.add(coscheduling_podgroup("a", 3), *a)
+    return binder, a
+
+
+@pytest.mark.parametrize("h", [{"binder": BinderOnThreads}], indirect=True)
+def test_a_member_whose_binding_failed_is_answered_once_its_release_is_settled(h: Harness, binds: Binds) -> None:
+    """Not while a sibling is still being bound: by then its place is kept reserved and its assumption
+    dropped, so kube-scheduler's retry of it finds the gang as the release left it."""
+    binder, a = a_gang_whose_third_binding_fails(h)
     seen: dict[str, Any] = {}
 
     def failing_member() -> None:
@@ -671,13 +677,7 @@ def test_a_held_thread_stays_for_its_turn_whatever_the_ledger_raises(h: Harness,
 def test_a_failed_member_waits_for_its_release_no_longer_than_its_answer_allows(h: Harness, binds: Binds) -> None:
     """The guarantee is kube-scheduler's httpTimeout: a held bind is answered by its arrival + hold_seconds +
     half the answer margin (1 s + 0.5 s here), even while a sibling's Binding is still being made."""
-    binder = h.binder
-    assert isinstance(binder, BinderOnThreads)
-    binder.held["a-0"] = threading.Event()
-    binder.fail["a-2"] = "the API server said no"
-    nodes(h, NODES4)
-    a = gang_pods("a", 3)
-    h.add(coscheduling_podgroup("a", 3), *a)
+    binder, a = a_gang_whose_third_binding_fails(h)
     binds.start(a[0], "n1")
     binds.start(a[1], "n2")
     started = time.monotonic()
