@@ -290,17 +290,16 @@ class Binding:
         """Wait for the held bind's answer, letting the ledger expire the gang's holds when they are due; or,
         when its release hands it its turn, make its Binding here and answer with that. Nothing the ledger
         raises ends the wait: a released quorum counts on this thread for its member's Binding."""
-        due: float | None = None
-        asked = False
-        while True:
+        try:
+            due = self.ledger.due(gang)
+        except Exception:
+            log.exception("gang %s: reading when its holds fall due failed; waiting on", gang)
+            due = None
+        while not hold.wait(max((due if due is not None else self.clock() + 0.1) - self.clock(), 0) + 0.01):
             try:
-                if not asked:
-                    asked, due = True, self.ledger.due(gang)
-                if hold.wait(max((due if due is not None else self.clock() + 0.1) - self.clock(), 0) + 0.01):
-                    break
                 due = self.ledger.expire(gang)
-            except Exception:
-                log.exception("gang %s: waiting at its barrier failed; waiting on", gang)
+            except Exception:  # asked again after 0.1 s at most: never a busy loop
+                log.exception("gang %s: expiring its holds failed; waiting on", gang)
                 due = None
         if hold.turn is not None:
             return hold.turn()

@@ -657,19 +657,20 @@ def test_a_held_thread_stays_for_its_turn_whatever_the_ledger_raises(h: Harness,
     due = h.ledger.due
     failed: list[str] = []
 
-    def failing_once(gang: GangKey) -> float | None:
-        if threading.current_thread().name == "bind-a-0" and not failed:
+    def failing_for_a0(gang: GangKey) -> float | None:
+        if threading.current_thread().name == "bind-a-0":
             failed.append("a-0")
             raise RuntimeError("injected")
         return due(gang)
 
-    h.ledger.due = failing_once  # type: ignore[method-assign]
+    h.ledger.due = failing_for_a0  # type: ignore[method-assign]
     binds.start(a[0], "n1")
     wait_until(lambda: failed == ["a-0"] and h.ledger.view.held_count() == 1)
     binds.start(a[1], "n2")
     binds.start(a[2], "n3")
     assert binds.join() == {"a-0": "", "a-1": "", "a-2": ""}
     assert h.binder.bound_names == ["a-0", "a-1", "a-2"]
+    assert failed == ["a-0"], "asked once, then waited: never asked again in a loop"
     assert h.ledger.view.held_count() == 0 and h.ledger.view.counters()["completed"] == 1
 
 
