@@ -1,7 +1,7 @@
 """The end-to-end benchmark's arithmetic, without a control plane (well under a second).
 
 bench/e2e_scheduling.py needs kube-apiserver and minutes; what it computes from its measurements
-does not: issue 14's floors (gang-extender against the do-nothing extender and the in-tree plugin),
+does not: issue 29's floors (gang-extender against the do-nothing extender and the in-tree plugin),
 the per-phase differences of kube-scheduler's and gang-extender's metrics, the gang milestones read
 from a request recording, and the paced creation schedule. These keep that arithmetic honest.
 """
@@ -35,35 +35,38 @@ def _results() -> list[dict[str, Any]]:
             "backlog": _phase(200, {"noop-extender": 4.0}), "arrival": _phase(180, {"noop-extender": 4.0}),
             "paced": _phase(90)}
     ge = {"config": "gang-extender", "kind": "gang-extender",
-          # backlog: 185/200 = 92.5 %, CPU 5.0 s / 2000 = 2.5 ms with 0.5 writes/pod x 0.75 = 2.125 <= 2.3
-          "backlog": _phase(185, {"gang-extender": 5.0}, extender_writes={"Events": 1000.0}, timeouts=0.0),
+          # backlog: 192/200 = 96 %, CPU 5.0 s / 2000 = 2.5 ms with 0.5 writes/pod x 0.75 = 2.125 <= 2.3
+          "backlog": _phase(192, {"gang-extender": 5.0}, extender_writes={"Events": 1000.0}, timeouts=0.0),
           # arrival: 150/180 = 83 %, 3.0 ms/pod, no writes: 3.0 > 2.3
           "arrival": _phase(150, {"gang-extender": 6.0}, extender_writes={"Events": 0.0}, timeouts=0.0),
-          "paced": _phase(90, gang_latency=[0.5] * 200 + [1.5] * 50, timeouts=0.0)}
+          # paced: 180 unschedulable attempts of 2,000 pods = 0.09/pod, the in-tree plugin's none
+          "paced": _phase(90, gang_latency=[0.5] * 200 + [1.5] * 50, timeouts=0.0,
+                          scheduler={"attempts": 2180.0, "attempts unschedulable": 180.0})}
     tree = {"config": "in-tree", "kind": "in-tree", "backlog": _phase(190), "arrival": _phase(200),
-            "paced": _phase(90, gang_latency=[0.4] * 240 + [2.0] * 10)}
+            "paced": _phase(90, gang_latency=[0.4] * 240 + [2.0] * 10, scheduler={"attempts": 2000.0})}
     return [noop, ge, tree]
 
 
 def test_floors_judge_gang_extender_against_the_noop_extender_and_the_in_tree_plugin() -> None:
     lines = floors(_results(), write_ms=0.75)
-    assert len(lines) == 7, lines  # no contention phase in these results
-    backlog_rate, backlog_cpu, arrival_rate, arrival_cpu, whole, p50, p99 = lines
-    assert "PASS" in backlog_rate and "185 / 200 = 92%" in backlog_rate
+    assert len(lines) == 8, lines  # no contention phase in these results
+    backlog_rate, backlog_cpu, arrival_rate, arrival_cpu, whole, p50, p99, unschedulable = lines
+    assert "PASS" in backlog_rate and "192 / 200 = 96%" in backlog_rate
     assert "PASS" in backlog_cpu and "2.50 ms/pod" in backlog_cpu and "0.50 writes/pod" in backlog_cpu
     assert "2.12 against 2.00 + 0.3 ms" in backlog_cpu
     assert "MISS" in arrival_rate and "83%" in arrival_rate
     assert "MISS" in arrival_cpu and "3.00 against 2.00" in arrival_cpu
     assert "PASS" in whole and "250/250 whole" in whole
-    assert "MISS" in p50 and "0.50 s against 0.40 s" in p50
-    assert "PASS" in p99 and "1.50 s against 2.00 s" in p99
+    assert "MISS" in p50 and "500.0 ms against 400.0 ms" in p50
+    assert "PASS" in p99 and "1500.0 ms against 2000.0 ms" in p99
+    assert "MISS" in unschedulable and "0.09 against 0.00" in unschedulable
     assert "ceiling" not in " ".join(lines) and "80 %" not in " ".join(lines)  # the retired floor is gone
 
 
 def test_tables_render_every_phase_and_the_extender_cpu_per_pod() -> None:
     text = tables(_results())
     assert "### Paced" in text and "### Backlog" in text and "### Arrival" in text
-    assert "| gang-extender | 2,000 | 2,000 | 10.8 | 185 |" in text
+    assert "| gang-extender | 2,000 | 2,000 | 10.4 | 192 |" in text
     assert "| 2.50 | 0.50 |" in text  # gang-extender backlog: CPU ms/pod, writes/pod
     assert text.count("| in-tree | 2,000 |") == 3  # a row in each phase's table, the last one too
     assert "### Contention" not in text  # no contention phase in these results
