@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for _path in (ROOT, ROOT / "hack", ROOT / "tests" / "e2e"):
+for _path in (ROOT / "hack", ROOT / "tests" / "e2e"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+if str(ROOT) not in sys.path:  # last: a compiled tree on PYTHONPATH (``make compiled``) is the one imported
+    sys.path.append(str(ROOT))
 
 from controlplane import ApiError, ControlPlane  # noqa: E402
 
