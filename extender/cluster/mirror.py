@@ -606,6 +606,15 @@ class ClusterMirror:
                     cpu[name] = self._reservations.cpu_left(name, cpu[name], for_gang)
             return cpu
 
+    def free_cpu(self, node: str, for_gang: GangKey | None) -> int:
+        """``free(node, for_gang).get("cpu", 0)`` without building the node's free resources (KeyError for a
+        node it does not know); read it under the lock."""
+        return self._reservations.cpu_left(node, self._free_cpu[node], for_gang)
+
+    def node_count(self) -> int:
+        """How many nodes ``free_cpu`` knows (every node mirrored)."""
+        return len(self._free_cpu)
+
     def nodes_by_free_cpu(self, for_gang: GangKey | None, least: int) -> Iterator[str]:
         """Node names in the order of ``free_cpu_by_node(for_gang)`` (cpu, then name), from ``least`` cpu up;
         call and consume it under the lock."""

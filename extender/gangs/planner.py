@@ -119,18 +119,30 @@ def plan(members: Sequence[PodRecord], nodes: Iterable[NodeRecord],
 
 class FreeCpu(dict[str, int]):
     """Free cpu by node name, also callable as ``free_cpu(node)``: ``plan`` reads it as it is instead
-    of calling it once per node. ``ordered(least)``, when given, yields the names of every node with at
-    least ``least`` free cpu (all of them when ``least`` <= 0) in (free cpu, name) order, and ``records``
-    finds their records: a plan over every node then walks that order instead of sorting all of them."""
+    of calling it once per node. Given ``cpu_of``, a node's entry is made when it is first read
+    (``cpu_of(name)``; KeyError for a node it does not know), so a plan that walks a few nodes of
+    thousands computes only theirs; ``size``: how many nodes it covers (the entries given, by default).
+    ``ordered(least)``, when given, yields the names of every node with at least ``least`` free cpu
+    (all of them when ``least`` <= 0) in (free cpu, name) order, and ``records`` finds their records: a
+    plan over every node then walks that order instead of sorting all of them."""
 
     ordered: Callable[[int], Iterator[str]] | None = None
     records: Mapping[str, NodeRecord] = {}
 
-    def __init__(self, cpu: Mapping[str, int], ordered: Callable[[int], Iterator[str]] | None = None,
-                 records: Mapping[str, NodeRecord] | None = None) -> None:
-        super().__init__(cpu)
+    def __init__(self, cpu: Mapping[str, int] | None = None, ordered: Callable[[int], Iterator[str]] | None = None,
+                 records: Mapping[str, NodeRecord] | None = None, *, cpu_of: Callable[[str], int] | None = None,
+                 size: int | None = None) -> None:
+        super().__init__(cpu or {})
+        self._cpu_of = cpu_of
+        self.size = len(self) if size is None else size
         if ordered is not None and records is not None:
             self.ordered, self.records = ordered, records
+
+    def __missing__(self, name: str) -> int:
+        if self._cpu_of is None:
+            raise KeyError(name)
+        cpu = self[name] = self._cpu_of(name)
+        return cpu
 
     def __call__(self, node: NodeRecord) -> int:
         return self[node.name]
@@ -143,7 +155,7 @@ def _order(nodes: Sequence[NodeRecord], start_cpu: Mapping[str, int], least: int
     it knows, so that the same count is the same set: the ledger's node lists and their subsets are);
     otherwise a heap, ordered only as far as it is walked (a gang that fits the first few nodes does not
     pay for ordering thousands)."""
-    if isinstance(start_cpu, FreeCpu) and start_cpu.ordered is not None and len(nodes) == len(start_cpu):
+    if isinstance(start_cpu, FreeCpu) and start_cpu.ordered is not None and len(nodes) == start_cpu.size:
         records = start_cpu.records
         yield from (records[name] for name in start_cpu.ordered(least))
         return

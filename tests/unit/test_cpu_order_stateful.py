@@ -77,6 +77,7 @@ def _check(m: ClusterMirror) -> None:
         for for_gang in (None, *GANGS):
             free = m.free_cpu_by_node(for_gang)
             assert free == {nm: m.free(nm, for_gang).get("cpu", 0) for nm in m.nodes}
+            assert free == {nm: m.free_cpu(nm, for_gang) for nm in m.nodes} and m.node_count() == len(m.nodes)
             for least in (0, 1, 1000, 2500):
                 want = [nm for c, nm in sorted((c, nm) for nm, c in free.items()) if least <= 0 or c >= least]
                 assert list(m.nodes_by_free_cpu(for_gang, least)) == want, (for_gang, least, free)

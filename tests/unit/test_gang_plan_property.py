@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -143,6 +144,8 @@ def test_plan_matches_the_reference(cluster: tuple[list[NodeRecord], dict[str, R
     indexed = FreeCpu(by_name, lambda least: iter([n for c, n in keys if least <= 0 or c >= least]),
                       {n.name: n for n in nodes})
     assert plan(members, nodes, lambda node: free[node.name], indexed) == expected  # the order from an index
+    lazy = FreeCpu(None, indexed.ordered, indexed.records, cpu_of=by_name.__getitem__, size=len(nodes))
+    assert plan(members, nodes, lambda node: free[node.name], lazy) == expected  # each node's cpu read when asked
     assert plan(members, nodes[1:], lambda node: free[node.name], indexed) == reference_plan(
         members, nodes[1:], lambda node: free[node.name])  # a subset of the nodes: the index is not used
     assert all(free[n.name] == dict(free[n.name]) for n in nodes)  # the caller's dicts are not modified
@@ -165,3 +168,25 @@ def test_plan_builds_free_capacity_only_for_the_nodes_it_visits() -> None:
     assert result.complete and result.per_node() == {"node-0900": {"cpu": 8000, "memory": 4 * GI, "pods": 4},
                                                      "node-0901": {"cpu": 8000, "memory": 4 * GI, "pods": 4}}
     assert visited == ["node-0900", "node-0901"]
+
+
+def test_a_free_cpu_read_when_asked_reads_only_the_nodes_the_plan_walks() -> None:
+    """Admission's key (``GangPlacement.free_cpu_for``): with the nodes' order from the mirror's index, a gang
+    that fits the first nodes of 1,000 has the free cpu of those nodes computed, not of every node."""
+    nodes = [NodeRecord(f"node-{i:04d}", {"cpu": 8000, "memory": 32 * GI, "pods": 110}, {}) for i in range(1000)]
+    cpu = {n.name: 8000 - i for i, n in enumerate(nodes)}  # node-0999 has the least free cpu: it comes first
+    members = [PodRecord(f"uid-{i}", "default", f"m-{i}", "", {"cpu": 2000, "memory": GI, "pods": 1}, None)
+               for i in range(8)]
+    asked: list[str] = []
+
+    def cpu_of(name: str) -> int:
+        asked.append(name)
+        return cpu[name]
+
+    order = [n.name for n in reversed(nodes)]
+    lazy = FreeCpu(None, lambda least: iter(order), {n.name: n for n in nodes}, cpu_of=cpu_of, size=len(nodes))
+    result = plan(members, nodes, lambda node: {**node.allocatable, "cpu": cpu[node.name]}, lazy)
+    assert result.complete and set(result.per_node()) == {"node-0999", "node-0998", "node-0997"}
+    assert len(asked) <= 4 and len(asked) == len(set(asked)), asked
+    with pytest.raises(KeyError):
+        lazy["no-such-node"]
