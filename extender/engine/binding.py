@@ -250,7 +250,9 @@ class Binding:
                 log.exception("gang %s: recording its release's outcome failed", run.gang)
             finally:
                 run.settled.set()
-                if self.release_log is not None:
+                if self.release_log is not None and self.release_log.closes_at_once:
+                    self._close(run.release_id)
+                elif self.release_log is not None:
                     self._close_later(run.release_id)
         elif error:
             run.settled.wait(min(self._answer_in(hold), BINDING_TIMEOUT))
@@ -272,12 +274,14 @@ class Binding:
     def _close_settled(self) -> None:
         """Close the settled releases, in order."""
         while True:
-            release_id = self._to_close.get()
-            try:
-                if self.release_log is not None:
-                    self.release_log.closed(release_id)
-            except Exception:  # a failing log must not stop the next closings
-                log.exception("release %d: closing it failed", release_id)
+            self._close(self._to_close.get())
+
+    def _close(self, release_id: int) -> None:
+        try:
+            if self.release_log is not None:
+                self.release_log.closed(release_id)
+        except Exception:  # a failing log must not stop the next closings, nor an answer
+            log.exception("release %d: closing it failed", release_id)
 
     def _bind_held(self, hold: Hold) -> str:
         """One Binding of a release, by the leader only: a replica deposed midway stops binding (the

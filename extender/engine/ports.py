@@ -39,7 +39,11 @@ class OpenRelease(Protocol):
 
 class ReleaseLog(Protocol):
     """Where the engine writes a release down before its first Binding (the release journal, or the
-    intents on the leader's Lease)."""
+    intents on the leader's Lease). ``closes_at_once``: ``closed`` never waits (a local file's append),
+    so the thread answering the release's last member closes it; otherwise (an API write) a thread of
+    the engine's own does."""
+
+    closes_at_once: bool
 
     def opened(self, gang: GangKey, pods: Sequence[tuple[str, str, str, str]]) -> int:
         """Record the release; raises ReleaseNotRecordedError when it is not known to be recorded."""

@@ -65,6 +65,8 @@ def read_gang(value: object) -> GangKey | None:
 
 
 class ReleaseJournal:
+    closes_at_once = True  # ``closed`` appends a line to a local file: it does not wait
+
     def __init__(self, path: str | Path, compact_bytes: int = COMPACT_BYTES) -> None:
         self.path = Path(path)
         self.compact_bytes = compact_bytes

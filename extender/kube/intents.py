@@ -76,6 +76,8 @@ def decode(value: str | None) -> tuple[dict[int, Release], int]:
 class ReleaseIntents:
     """The engine's ``ReleaseLog`` on the leader's Lease (see the module docstring)."""
 
+    closes_at_once = False  # ``closed`` writes the Lease: an API call of up to ``write_timeout``
+
     def __init__(self, elector: LeaderElector, *, key: str = KEY, max_bytes: int = DEFAULT_MAX_BYTES,
                  write_timeout: float = 5.0) -> None:
         self.elector = elector

@@ -620,6 +620,8 @@ def test_binding_slots_go_to_the_longest_waiter_and_a_wait_is_bounded() -> None:
 class ReleaseLogClosedWhenLet:
     """ReleaseLog whose ``closed`` waits until the test lets it (a slow Lease write)."""
 
+    closes_at_once = False
+
     def __init__(self) -> None:
         self.let_close = threading.Event()
         self.open: set[int] = set()
