@@ -117,6 +117,8 @@ def group(nodes: Iterable[NodeRecord], rung: Rung,
           free_cpu: Callable[[NodeRecord], int]) -> tuple[Domains, dict[tuple[str, ...], int]]:
     """The domains of one level (label values -> nodes; nodes lacking one of the labels left out) and
     each domain's free cpu (nodes with none or less count 0), in one pass over the nodes."""
+    if isinstance(free_cpu, planner.FreeCpu):
+        free_cpu.fill()  # every labelled node is read: all at once
     if len(rung) == 1:
         by_value, free_by_value = _group_by(nodes, rung[0], free_cpu)
         return ({(value,): members for value, members in by_value.items()},

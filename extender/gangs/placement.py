@@ -124,11 +124,13 @@ class GangPlacement:
         return lambda node: self.mirror.free(node.name, gang)
 
     def free_cpu_for(self, gang: GangKey) -> planner.FreeCpu:
-        """Every node's free cpu as ``gang`` sees it, each read from the mirror when the plan first asks for it
-        (read it under the mirror's lock, as the ordered walk is)."""
+        """Every node's free cpu as ``gang`` sees it, each read from the mirror when the plan first asks for it,
+        or all at once when it is about to read every node (read it under the mirror's lock, as the ordered
+        walk is)."""
         mirror = self.mirror
         return planner.FreeCpu(None, lambda least: mirror.nodes_by_free_cpu(gang, least), mirror.nodes,
-                               cpu_of=lambda name: mirror.free_cpu(name, gang), size=mirror.node_count())
+                               cpu_of=lambda name: mirror.free_cpu(name, gang), size=mirror.node_count(),
+                               every=lambda: mirror.free_cpu_by_node(gang))
 
     def fit_error(self, pod: PodRecord, node: str, gang: GangKey | None) -> str:
         """Why ``pod`` cannot go to ``node`` now (unknown node; its taints, selector or affinity exclude

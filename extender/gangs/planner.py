@@ -117,11 +117,18 @@ def plan(members: Sequence[PodRecord], nodes: Iterable[NodeRecord],
     return Plan(tuple(slots), tuple(unplaced), blocking)
 
 
+FILL_AFTER = 8
+"""A ``FreeCpu`` read node by node makes every entry at once when it has made 1/8 of them: a plan that
+walks most nodes (a gang that does not fit) then costs about what one copy of them all does."""
+
+
 class FreeCpu(dict[str, int]):
     """Free cpu by node name, also callable as ``free_cpu(node)``: ``plan`` reads it as it is instead
     of calling it once per node. Given ``cpu_of``, a node's entry is made when it is first read
     (``cpu_of(name)``; KeyError for a node it does not know), so a plan that walks a few nodes of
     thousands computes only theirs; ``size``: how many nodes it covers (the entries given, by default).
+    A reader about to read every node (a topology level's domains, a plan over a subset) calls ``fill``
+    first: ``every()`` then makes all the entries in one pass instead of a call per node.
     ``ordered(least)``, when given, yields the names of every node with at least ``least`` free cpu
     (all of them when ``least`` <= 0) in (free cpu, name) order, and ``records`` finds their records: a
     plan over every node then walks that order instead of sorting all of them."""
@@ -131,14 +138,24 @@ class FreeCpu(dict[str, int]):
 
     def __init__(self, cpu: Mapping[str, int] | None = None, ordered: Callable[[int], Iterator[str]] | None = None,
                  records: Mapping[str, NodeRecord] | None = None, *, cpu_of: Callable[[str], int] | None = None,
-                 size: int | None = None) -> None:
+                 size: int | None = None, every: Callable[[], Mapping[str, int]] | None = None) -> None:
         super().__init__(cpu or {})
         self._cpu_of = cpu_of
+        self._every = every
         self.size = len(self) if size is None else size
         if ordered is not None and records is not None:
             self.ordered, self.records = ordered, records
 
+    def fill(self) -> None:
+        """Make every node's entry now (``every()``; nothing without it or once done)."""
+        if self._every is not None:
+            every, self._every = self._every, None
+            self.update(every())
+
     def __missing__(self, name: str) -> int:
+        if self._every is not None and len(self) * FILL_AFTER >= self.size:  # a walk going far: the rest at once
+            self.fill()
+            return self[name]
         if self._cpu_of is None:
             raise KeyError(name)
         cpu = self[name] = self._cpu_of(name)
@@ -159,6 +176,8 @@ def _order(nodes: Sequence[NodeRecord], start_cpu: Mapping[str, int], least: int
         records = start_cpu.records
         yield from (records[name] for name in start_cpu.ordered(least))
         return
+    if isinstance(start_cpu, FreeCpu):
+        start_cpu.fill()
     heap = [(cpu, node.name, i) for i, node in enumerate(nodes) if (cpu := start_cpu[node.name]) >= least or least <= 0]
     heapq.heapify(heap)
     while heap:

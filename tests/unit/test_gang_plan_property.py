@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from extender.cluster.fit import placement_failure
+from extender.gangs import domains
 from extender.gangs.planner import FreeCpu, Plan, _Shape, _shapes, copies, plan
 from extender.model.cluster import NodeRecord, PodRecord, Taint
 from extender.model.quantity import PODS, Resources, add_into, describe
@@ -190,3 +191,35 @@ def test_a_free_cpu_read_when_asked_reads_only_the_nodes_the_plan_walks() -> Non
     assert len(asked) <= 4 and len(asked) == len(set(asked)), asked
     with pytest.raises(KeyError):
         lazy["no-such-node"]
+
+
+def test_a_free_cpu_read_when_asked_makes_every_entry_at_once_for_a_reader_of_them_all() -> None:
+    """A plan over a subset of the nodes (a heap of them all), a topology level's domains (every labelled
+    node) and a walk that goes past 1/8 of the nodes (a gang that does not fit) take every node's free cpu
+    in one pass (``every``) instead of a call per node."""
+    nodes = [NodeRecord(f"node-{i:04d}", {"cpu": 8000, "memory": 32 * GI, "pods": 110}, {"rack": f"r{i % 10}"})
+             for i in range(1000)]
+    cpu = {n.name: 8000 - i for i, n in enumerate(nodes)}
+    records = {n.name: n for n in nodes}
+    asked: list[str] = []
+    passes: list[int] = []
+
+    def lazy() -> FreeCpu:
+        asked.clear()
+        passes.clear()
+        return FreeCpu(None, lambda least: iter([n.name for n in reversed(nodes)]), records,
+                       cpu_of=lambda name: asked.append(name) or cpu[name], size=len(nodes),
+                       every=lambda: passes.append(1) or dict(cpu))
+
+    def free_of(node: NodeRecord) -> Resources:
+        return {**node.allocatable, "cpu": cpu[node.name]}
+
+    fits = [PodRecord(f"uid-{i}", "default", f"m-{i}", "", {"cpu": 2000, "memory": GI, "pods": 1}, None)
+            for i in range(8)]
+    assert plan(fits, nodes[1:], free_of, lazy()).complete
+    assert passes == [1] and asked == []
+    domains.group(nodes, ("rack",), lazy())
+    assert passes == [1] and asked == []
+    too_big = [PodRecord("uid-big", "default", "big", "", {"cpu": 9000, "memory": GI, "pods": 1}, None)]
+    assert not plan(too_big, nodes, free_of, lazy()).complete
+    assert passes == [1] and len(asked) <= len(nodes) // 8 + 1
