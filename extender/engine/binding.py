@@ -250,7 +250,7 @@ class Binding:
                 log.exception("gang %s: recording its release's outcome failed", run.gang)
             finally:
                 run.settled.set()
-                if self.release_log is not None and self.release_log.closes_at_once:
+                if self.release_log is not None and getattr(self.release_log, "closes_at_once", False):
                     self._close(run.release_id)
                 elif self.release_log is not None:
                     self._close_later(run.release_id)

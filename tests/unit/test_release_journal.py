@@ -122,6 +122,30 @@ def test_a_release_is_written_down_before_the_first_binding(h: Harness, journal:
     assert h.engine.binding._closer is None
 
 
+def test_a_journal_that_fails_to_close_a_release_still_lets_every_member_be_answered(
+        h: Harness, journal: ReleaseJournal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The close runs on the thread answering the last member: whatever it raises, that member is answered
+    (the release stays open in the file, for the next start to find its members bound)."""
+    def failing(release_id: int) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(journal, "closed", failing)
+    h.add(*(node(f"n{i}") for i in range(3)))
+    gang = members(3)
+    h.add(coscheduling_podgroup("a", 3), *gang)
+    answers: dict[str, str] = {}
+    threads = [threading.Thread(target=lambda m=m, i=i: answers.update(
+        {m["metadata"]["name"]: h.engine.bind(bind_args(m, f"n{i}"))})) for i, m in enumerate(gang)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert answers == {"a-0": "", "a-1": "", "a-2": ""}
+    after = ReleaseJournal(journal.path)
+    assert len(after.unfinished) == 1
+    after.close()
+
+
 def test_resume_binds_only_what_is_still_pending_and_fits(h: Harness) -> None:
     h.add(node("n0"), node("n1"), node("n2"), node("n3", cpu="2"))
     gang = members(5)
