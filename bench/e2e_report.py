@@ -219,7 +219,7 @@ def where_time_goes(results: Sequence[dict[str, Any]]) -> list[str]:
             s, n = p.scheduler, max(p.bound, 1)
             wakes = p.extender_writes.get("pod wakes", float("nan")) / n if p.extender_writes else float("nan")
             out.append(f"| {r['config']} | {phase} | {fmt(s.get('attempts', float('nan')) / n, 2)} | "
-                       f"{fmt(s.get('attempts unschedulable', float('nan')) / n, 2)} | "
+                       f"{fmt(_unschedulable_per_pod(p), 2)} | "
                        f"{fmt(s.get('moves backoff', float('nan')) / n, 2)} | "
                        f"{fmt(s.get('moves unschedulable', float('nan')) / n, 2)} | "
                        f"{fmt(s.get('moves gated', float('nan')) / n, 2)} | "
@@ -296,8 +296,9 @@ def floors(results: Sequence[dict[str, Any]], *, write_ms: float = WRITE_MS) -> 
                 lines.append(f"Floor: paced: gang-extender gang latency p{q} <= in-tree's: {_verdict(ok)} "
                              f"({g.latency(q) * 1000:.1f} ms against {t.latency(q) * 1000:.1f} ms)")
             mine, theirs = (_unschedulable_per_pod(p) for p in (g, t))
-            lines.append(f"Floor: paced: gang-extender unschedulable attempts/pod <= in-tree's: "
-                         f"{_verdict(mine <= theirs)} ({fmt(mine, 2)} against {fmt(theirs, 2)})")
+            verdict = "UNKNOWN" if math.isnan(mine) or math.isnan(theirs) else _verdict(mine <= theirs)
+            lines.append(f"Floor: paced: gang-extender unschedulable attempts/pod <= in-tree's: {verdict} "
+                         f"({fmt(mine, 2)} against {fmt(theirs, 2)})")
     if "contention" in ge:
         c: Phase = ge["contention"]
         ok = c.completed_gangs == c.gangs and not c.timeouts

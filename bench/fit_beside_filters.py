@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:  # last: a compiled tree on PYTHONPATH is the one imported
+    sys.path.append(str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from fit_latency import job_file  # noqa: E402

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:  # last: a compiled tree on PYTHONPATH is the one imported
+    sys.path.append(str(ROOT))
 
 from tests.http.conftest import NODE_NAMES, snapshot_objects  # noqa: E402
 from tests.http.live import LiveServer, proc_status  # noqa: E402

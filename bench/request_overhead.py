@@ -29,7 +29,8 @@ from typing import Any
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:  # last: a compiled tree on PYTHONPATH is the one imported
+    sys.path.append(str(ROOT))
 
 from extender.kube.client import KubeClient  # noqa: E402
 

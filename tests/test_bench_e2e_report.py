@@ -214,3 +214,11 @@ def test_gang_stats_partial_gangs_latency_and_gates_lifted() -> None:
     assert plan.gangs[0].key == "p/job-0000" and plan.workloads[0]["kind"] == "PodGroup"
     assert (plan.pods[0]["spec"]["schedulingGroup"] == {"podGroupName": "job-0000"}
             and "workloadRef" not in plan.pods[0]["spec"])
+
+
+def test_the_unschedulable_floor_passes_at_none_and_is_unknown_without_the_metrics() -> None:
+    results = _results()
+    results[1]["paced"].scheduler = {"attempts": 2000.0}  # no unschedulable series: none
+    assert floors(results)[-1].endswith("PASS (0.00 against 0.00)")
+    results[2]["paced"].scheduler = {}  # the in-tree plugin's metrics were not read
+    assert "UNKNOWN (0.00 against -)" in floors(results)[-1]
