@@ -113,8 +113,7 @@ class ClusterMirror:
         self._unreadable: set[str] = set()  # uids of pods kept only as ``unreadable_gated_record``
         self._groups = GroupIndex()  # group objects, the gang policies they define, their changes
         self._reservations = ReservedCapacity(self._touch)  # what gangs hold for members to come
-        self._order = CpuOrder(lambda node, gang: None if node not in self._free_cpu else
-                               self._reservations.cpu_left(node, self._free_cpu[node], gang),
+        self._order = CpuOrder(lambda node, gang: self.free_cpu(node, gang) if node in self._free_cpu else None,
                                lambda: self.free_cpu_by_node(None))
         self.rejected_objects = 0  # objects too malformed to mirror (counted, logged by the caller)
 
